@@ -1,0 +1,167 @@
+"""The seeds' validation checks, as functions over result documents. Standard library only.
+
+Each check returns a CheckOutcome whose message shows the numbers and, when it fails, what to
+change. `passed` is None when a check does not apply (memory on a CPU without a limit, the
+sharding order at world size 1). The fixture records every outcome in result.json and then
+fails the test with all failed messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .stats import third_means
+
+# (lower, higher, strict): model states per rank must follow the sharding. ZeRO paper, fig. 1:
+# ZeRO-1 partitions optimizer state, ZeRO-2 adds gradients, ZeRO-3 adds parameters.
+SHARDING_ORDER: tuple[tuple[str, str, bool], ...] = (
+    ("zero3", "zero2", True),
+    ("zero2", "zero1", False),
+    ("zero1", "ddp", True),
+    ("fsdp", "ddp", True),
+)
+STRICT_MARGIN = 0.01
+"""'A < B' needs A at least 1% below B; 'A <= B' allows A up to 1% above B (allocator rounding)."""
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    name: str
+    passed: bool | None
+    message: str
+    measured: float | None = None
+    limit: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_memory(result: Mapping[str, Any], limit_gb: float | None) -> CheckOutcome:
+    """Peak memory under the limit: device reserved memory on GPU, resident set on CPU."""
+    name = "peak_memory"
+    on_gpu = result.get("device") == "cuda"
+    peak = result.get("peak_reserved_gb") if on_gpu else result.get("peak_host_rss_gb")
+    what = "peak reserved GPU memory" if on_gpu else "peak host memory (RSS)"
+    if peak is None:
+        return CheckOutcome(name, None, f"{what} was not measured")
+    if limit_gb is None:
+        per_rank = [r.get("device_total_gb") for r in result.get("per_rank", []) if r.get("device_total_gb")]
+        limit_gb = min(per_rank) if per_rank else None
+    if limit_gb is None:
+        return CheckOutcome(name, None, f"{what} {peak:.3f} GB; no limit set (--llmbench-vram-limit-gb)", peak)
+    if peak <= limit_gb:
+        return CheckOutcome(name, True, f"{what} {peak:.3f} GB <= limit {limit_gb:.3f} GB", peak, limit_gb)
+    return CheckOutcome(
+        name,
+        False,
+        f"{result.get('strategy')}: {what} {peak:.3f} GB exceeds the limit of {limit_gb:.3f} GB. "
+        "Shard more (zero2, zero3, fsdp), lower --llmbench-batch, turn on --llmbench-grad-ckpt, "
+        "or raise --llmbench-vram-limit-gb.",
+        peak,
+        limit_gb,
+    )
+
+
+def check_step_time_cv(result: Mapping[str, Any], max_cv: float) -> CheckOutcome:
+    """Step time consistent: coefficient of variation under the bound (seed 000: 10%)."""
+    name = "step_time_cv"
+    cv = result.get("step_time_cv")
+    if cv is None:
+        return CheckOutcome(name, None, "no step times measured")
+    detail = (
+        f"CV {cv:.1%} (mean {result['mean_step_time_sec']:.4f} s, std {result['step_time_std_sec']:.4f} s, "
+        f"min {result['step_time_min_sec']:.4f} s, max {result['step_time_max_sec']:.4f} s "
+        f"over {result['steps']} steps)"
+    )
+    if cv <= max_cv:
+        return CheckOutcome(name, True, f"step time {detail} <= {max_cv:.1%}", cv, max_cv)
+    return CheckOutcome(
+        name,
+        False,
+        f"{result.get('strategy')}: step time varies too much: {detail} > {max_cv:.1%}. "
+        "Add warm-up (--llmbench-warmup) or steps (--llmbench-steps), run on a quieter machine, "
+        "or raise --llmbench-max-cv.",
+        cv,
+        max_cv,
+    )
+
+
+def check_loss_falls(result: Mapping[str, Any]) -> CheckOutcome:
+    """Loss trends down over the measured steps: the last third's mean below the first third's."""
+    name = "loss_falls"
+    losses = result.get("losses") or []
+    if len(losses) < 2:
+        return CheckOutcome(name, None, f"{len(losses)} measured step(s): need 2 or more to see a trend")
+    first, last = third_means(losses)
+    detail = f"mean loss of the first third {first:.4f}, of the last third {last:.4f} over {len(losses)} steps"
+    if last < first:
+        return CheckOutcome(name, True, f"loss falls: {detail}", last, first)
+    return CheckOutcome(
+        name,
+        False,
+        f"{result.get('strategy')}: loss did not fall: {detail}. Training is not learning: check the "
+        "learning rate (--llmbench-lr), the precision (--llmbench-dtype) and the strategy's optimizer.",
+        last,
+        first,
+    )
+
+
+def peer_key(result: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Runs whose memory may be compared: same model, shapes, precision and world size."""
+    return (
+        result.get("model"),
+        result.get("seq_len"),
+        result.get("per_device_batch"),
+        result.get("grad_accum"),
+        result.get("dtype"),
+        result.get("world_size"),
+        result.get("grad_ckpt"),
+        result.get("device"),
+    )
+
+
+def check_sharding(result: Mapping[str, Any], peers: Mapping[str, Mapping[str, Any]]) -> CheckOutcome:
+    """Model states per rank follow the sharding: ZeRO-3 < ZeRO-2 <= ZeRO-1 < DDP, FSDP < DDP.
+
+    `peers` maps strategy name -> an earlier successful result with the same peer_key.
+    """
+    name = "sharding_order"
+    me = result.get("strategy")
+    if (result.get("world_size") or 1) < 2:
+        return CheckOutcome(name, None, "world size 1: nothing is sharded")
+    if result.get("offload") != "none" or result.get("model_state_gb") is None:
+        return CheckOutcome(name, None, "offload runs keep states in host memory; not compared")
+    compared, failures = [], []
+    for lower, higher, strict in SHARDING_ORDER:
+        if me not in (lower, higher):
+            continue
+        other = higher if me == lower else lower
+        peer = peers.get(other)
+        if peer is None or peer.get("model_state_gb") is None:
+            continue
+        lo = result["model_state_gb"] if me == lower else peer["model_state_gb"]
+        hi = peer["model_state_gb"] if me == lower else result["model_state_gb"]
+        sign = "<" if strict else "<="
+        holds = lo <= hi * (1 - STRICT_MARGIN) if strict else lo <= hi * (1 + STRICT_MARGIN)
+        text = f"{lower} {lo:.4f} GB {sign} {higher} {hi:.4f} GB"
+        compared.append(text)
+        if not holds:
+            failures.append(text)
+    if not compared:
+        return CheckOutcome(name, None, f"no run to compare {me} with in this session")
+    ws = result.get("world_size")
+    if failures:
+        return CheckOutcome(
+            name,
+            False,
+            f"model states per rank at world size {ws} do not follow the sharding: expected "
+            + "; ".join(failures)
+            + ". The strategy is not partitioning what it should: check its config in result.json "
+            "(strategy_config).",
+        )
+    return CheckOutcome(name, True, f"model states per rank at world size {ws}: " + "; ".join(compared))
+
+
+CHECKS = ("memory", "step_time_cv", "loss_falls", "sharding")

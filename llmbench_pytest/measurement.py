@@ -1,0 +1,44 @@
+"""What a run measured, combined over ranks: the hand-off from the worker side to results.
+
+Standard library only. Every rank holds the same Measurement after a run, so every rank
+reaches the same verdict in the validation checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("ok", "oom", "error", "interrupted", "running")
+
+
+@dataclass
+class Measurement:
+    status: str
+    """ok, oom (out of memory), error, or interrupted."""
+    error: str | None = None
+    """The first failing rank's message, prefixed with its rank."""
+    failed_ranks: list[int] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+    """Seconds per measured step, each the slowest rank's."""
+    losses: list[float] = field(default_factory=list)
+    """Loss per measured step, averaged over ranks."""
+    warmup_losses: list[float] = field(default_factory=list)
+    window_s: float | None = None
+    """Host-clock time of the measured window (slowest rank), synchronized at both ends."""
+    timing_method: str | None = None
+    per_rank: list[dict[str, Any]] = field(default_factory=list)
+    """Each rank's memory, census and mean step time."""
+    model: dict[str, Any] = field(default_factory=dict)
+    strategy: dict[str, Any] = field(default_factory=dict)
+    setup_s: float | None = None
+    """Seconds to build the model and wrap it (not part of any throughput figure)."""
+    env: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

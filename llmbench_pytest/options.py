@@ -1,0 +1,246 @@
+"""The --llmbench-* options, their ini twins, and the parsed SessionOptions.
+
+Standard library only. Every setting has one parser, used for the command line, the ini file
+and the `llmbench` marker alike, so a bad value gets the same message wherever it came from.
+Precedence: marker > command line > ini > default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .presets import model_names, tiers
+from .spec import DEFAULT_STRATEGIES, DTYPES, STRATEGIES, SpecError, offload_variants, parse_strategy
+
+
+def _positive_int(raw: Any) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise SpecError(f"must be a whole number; got {raw!r}") from None
+    if value < 1:
+        raise SpecError(f"must be 1 or more; got {value}")
+    return value
+
+
+def _non_negative_int(raw: Any) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise SpecError(f"must be a whole number; got {raw!r}") from None
+    if value < 0:
+        raise SpecError(f"must be 0 or more; got {value}")
+    return value
+
+
+def _positive_float(raw: Any) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise SpecError(f"must be a number; got {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError(f"must be a number above 0; got {raw!r}")
+    return value
+
+
+def _fraction(raw: Any) -> float:
+    """'10%' or '0.1' -> 0.1."""
+    text = str(raw).strip()
+    pct = text.endswith("%")
+    value = _positive_float(text.rstrip("%"))
+    return value / 100 if pct else value
+
+
+def _items(raw: Any) -> list[str]:
+    if isinstance(raw, (list, tuple)):
+        return [str(x).strip() for x in raw if str(x).strip()]
+    return [x.strip() for x in str(raw).replace(" ", ",").split(",") if x.strip()]
+
+
+def _strategies(raw: Any) -> tuple[str, ...]:
+    names = _items(raw)
+    if names == ["all"]:
+        return (*STRATEGIES, *offload_variants())
+    if not names:
+        raise SpecError("needs at least one strategy name")
+    for name in names:
+        parse_strategy(name)  # raises with the list of choices
+    return tuple(dict.fromkeys(names))
+
+
+def _seq_lens(raw: Any) -> tuple[int, ...]:
+    items = _items(raw)
+    if not items:
+        raise SpecError("needs at least one sequence length")
+    return tuple(dict.fromkeys(_positive_int(x) for x in items))
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def parse(raw: Any) -> str:
+        value = str(raw).strip()
+        if value not in choices:
+            raise SpecError(f"must be one of {', '.join(choices)}; got {value!r}")
+        return value
+
+    return parse
+
+
+def _tier(raw: Any) -> str:
+    return _choice("auto", *tiers())(raw)
+
+
+def _model(raw: Any) -> str:
+    value = str(raw).strip()
+    if not value:
+        raise SpecError(f"needs a preset ({', '.join(model_names())}) or a local config path")
+    return value  # resolved (and refused if unknown) once, in the matrix, with the full message
+
+
+def _bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise SpecError(f"must be true or false; got {raw!r}")
+
+
+def _path(raw: Any) -> str:
+    return str(Path(str(raw).strip()).expanduser())
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    help: str
+    parse: Callable[[Any], Any]
+    metavar: str = "VALUE"
+    flag: bool = False
+    """A switch on the command line (--llmbench-grad-ckpt), a boolean in ini and marker."""
+
+    @property
+    def option(self) -> str:
+        return "--llmbench-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "llmbench_" + self.name
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "strategies",
+        f"comma-separated strategies to benchmark, or 'all' (default: {','.join(DEFAULT_STRATEGIES)}). "
+        f"Choices: {', '.join(STRATEGIES)}; offload variants: {', '.join(offload_variants())}.",
+        _strategies,
+        "NAMES",
+    ),
+    Setting(
+        "model",
+        f"model preset ({', '.join(model_names())}) or a local config.json file/directory; "
+        "nothing is downloaded (default: llama-tiny on CPU, the tier's preset on GPU).",
+        _model,
+        "PRESET|PATH",
+    ),
+    Setting("seq_lens", "comma-separated sequence lengths (default: the preset's).", _seq_lens, "N[,N...]"),
+    Setting("batch", "sequences per rank per micro-step (default: the preset's).", _positive_int, "N"),
+    Setting("grad_accum", "micro-steps per optimizer step (default: 1).", _positive_int, "N"),
+    Setting("steps", "measured optimizer steps (default: 10 on CPU, 30 on GPU).", _positive_int, "N"),
+    Setting("warmup", "unmeasured steps first (default: 2 on CPU, 5 on GPU).", _non_negative_int, "N"),
+    Setting(
+        "dtype",
+        "precision: bf16, fp16 (mixed, fp32 master weights) or fp32 (default: bf16 on GPU, fp32 on CPU).",
+        _choice("auto", *DTYPES),
+        "DTYPE",
+    ),
+    Setting("grad_ckpt", "activation checkpointing: recompute activations in backward.", _bool, flag=True),
+    Setting(
+        "results_dir", "where result.json files and logs go (default: results).", _path, "DIR"
+    ),
+    Setting(
+        "vram_limit_gb",
+        "peak memory limit for the memory check, in GB (default: the device's memory).",
+        _positive_float,
+        "GB",
+    ),
+    Setting(
+        "max_cv",
+        "largest step-time coefficient of variation the check accepts: 0.1 or 10 percent (default: 0.1).",
+        _fraction,
+        "CV",
+    ),
+    Setting("nvme_path", "directory on NVMe for zero3_nvme (that strategy is skipped without it).", _path, "DIR"),
+    Setting(
+        "timeout",
+        "seconds any collective may wait before the run fails instead of hanging (default: 600).",
+        _positive_float,
+        "SECONDS",
+    ),
+    Setting("device", "where to train: auto, cpu or cuda (default: auto).", _choice("auto", "cpu", "cuda"), "DEVICE"),
+    Setting(
+        "tier",
+        "resource tier from fixtures/tiers.toml: auto, A (standard) or B (high-memory) (default: auto).",
+        _tier,
+        "TIER",
+    ),
+    Setting(
+        "peak_tflops",
+        "the GPU's peak dense TFLOP/s for MFU, for a GPU fixtures/gpus.toml does not know.",
+        _positive_float,
+        "TFLOPS",
+    ),
+    Setting("lr", "AdamW learning rate (default: 1e-3).", _positive_float, "LR"),
+    Setting("seed", "seed for weights and data (default: 1234).", _non_negative_int, "N"),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """Parsed settings; None means 'pick for the hardware found'."""
+
+    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    model: str | None = None
+    seq_lens: tuple[int, ...] | None = None
+    batch: int | None = None
+    grad_accum: int = 1
+    steps: int | None = None
+    warmup: int | None = None
+    dtype: str = "auto"
+    grad_ckpt: bool = False
+    results_dir: str = "results"
+    vram_limit_gb: float | None = None
+    max_cv: float = 0.10
+    nvme_path: str | None = None
+    timeout: float = 600.0
+    device: str = "auto"
+    tier: str = "auto"
+    peak_tflops: float | None = None
+    lr: float = 1e-3
+    seed: int = 1234
+
+    def with_values(self, values: dict[str, Any], origin: str) -> SessionOptions:
+        """Apply raw values (from ini, command line or marker), parsing each; errors name the origin."""
+        parsed = {}
+        for key, raw in values.items():
+            setting = BY_NAME.get(key)
+            if setting is None:
+                raise SpecError(
+                    f"{origin}: unknown llmbench setting {key!r}; known: {', '.join(BY_NAME)}"
+                )
+            try:
+                parsed[key] = setting.parse(raw)
+            except SpecError as exc:
+                where = {"command line": setting.option, "ini": setting.ini}.get(origin, f"{origin} {key}=")
+                raise SpecError(f"{where}: {exc}") from None
+        return dataclasses.replace(self, **parsed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

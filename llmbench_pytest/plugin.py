@@ -1,0 +1,189 @@
+"""The pytest11 entry point: options, the `llmbench` marker and fixture, rank discipline.
+
+This module imports only the standard library and pytest (tests/test_import_light.py holds it
+to that): torch is loaded when a benchmark is collected, never when pytest starts.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from .fixture import LlmbenchFixture
+from .matrix import build_matrix
+from .options import SETTINGS, SessionOptions
+from .ranks import rank_env
+from .session import SESSION_KEY, LlmbenchSession, get_session
+from .spec import SpecError
+
+_ERRORS_KEY = pytest.StashKey[list[str]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("llmbench", "llmbench: distributed LLM training benchmarks")
+    for s in SETTINGS:
+        dest = "llmbench_" + s.name
+        if s.flag:
+            group.addoption(s.option, action="store_true", default=None, dest=dest, help=s.help)
+        else:
+            group.addoption(s.option, default=None, dest=dest, metavar=s.metavar, help=s.help)
+        parser.addini(s.ini, help=s.help, default=None)
+
+
+def _read_options(config: pytest.Config) -> SessionOptions:
+    ini: dict[str, Any] = {}
+    cli: dict[str, Any] = {}
+    for s in SETTINGS:
+        raw_ini = config.getini(s.ini)
+        if raw_ini not in (None, "", []):
+            ini[s.name] = raw_ini
+        raw_cli = config.getoption("llmbench_" + s.name)
+        if raw_cli is not None:
+            cli[s.name] = raw_cli
+    return SessionOptions().with_values(ini, "ini").with_values(cli, "command line")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "llmbench(**settings): override llmbench settings for one benchmark, e.g. "
+        "@pytest.mark.llmbench(model='gpt2', strategies='ddp,zero2', seq_lens=[512, 1024]).",
+    )
+    env = rank_env()
+    try:
+        options = _read_options(config)
+    except SpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if env.under_torchrun and config.getoption("numprocesses", None) not in (None, 0, "0"):
+        raise pytest.UsageError(
+            "-n (pytest-xdist) cannot run under torchrun: torchrun already starts one pytest per rank "
+            "and the ranks must run the same tests in the same order. Drop -n (or pass -n0)."
+        )
+    if not env.is_writer:
+        _no_writes_on_this_rank(config)
+    config.stash[SESSION_KEY] = LlmbenchSession(config, options, env)
+    config.stash[_ERRORS_KEY] = []
+
+
+def _no_writes_on_this_rank(config: pytest.Config) -> None:
+    """Ranks other than 0 save no benchmark data, junit xml or histograms."""
+    opt = config.option
+    if hasattr(opt, "benchmark_autosave"):
+        opt.benchmark_autosave = False
+    for name in ("benchmark_save", "benchmark_json", "benchmark_histogram", "benchmark_cprofile_dump", "xmlpath"):
+        if getattr(opt, name, None):
+            setattr(opt, name, None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    if get_session(config).env.is_writer:
+        return
+    # other ranks read pytest's cache (so --lf selects the same tests) but never write it
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        cache.set = lambda key, value: None
+    if os.environ.get("LLMBENCH_ALL_RANKS_PRINT") != "1":
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and hasattr(reporter, "_tw"):
+            from _pytest.config import create_terminal_writer
+
+            reporter._tw = create_terminal_writer(config, file=open(os.devnull, "w"))  # noqa: SIM115
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    s = get_session(config)
+    where = f"rank {s.env.rank} of {s.world_size} (torchrun)" if s.env.under_torchrun else "one process"
+    return f"llmbench: {where}; results -> {s.results_dir}"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "llmbench" not in metafunc.fixturenames:
+        return
+    config = metafunc.config
+    session = get_session(config)
+    options = session.options
+    try:
+        marker = metafunc.definition.get_closest_marker("llmbench")
+        if marker is not None:
+            if marker.args:
+                raise SpecError(f"@pytest.mark.llmbench takes keyword settings only; got {marker.args!r}")
+            origin = f"@pytest.mark.llmbench on {metafunc.definition.nodeid}"
+            options = options.with_values(dict(marker.kwargs), origin)
+        entries = build_matrix(options, session.hardware(), session.world_size)
+    except SpecError as exc:
+        # reported once as a usage error after collection, not as a collection traceback
+        config.stash[_ERRORS_KEY].append(str(exc))
+        metafunc.parametrize("llmbench", [pytest.param(None, id="invalid")], indirect=True)
+        return
+    params = [
+        pytest.param(e.spec, id=e.id, marks=[pytest.mark.skip(reason=e.skip)] if e.skip else [])
+        for e in entries
+    ]
+    metafunc.parametrize("llmbench", params, indirect=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
+    errors = list(dict.fromkeys(config.stash.get(_ERRORS_KEY, [])))
+    if errors:
+        raise pytest.UsageError("\n".join(errors))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    s = get_session(session.config)
+    if s.env.under_torchrun and s.world_size > 1:
+        from .agreement import check_collection
+
+        check_collection(s, [item.nodeid for item in session.items])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    s = get_session(item.config)
+    if s.env.under_torchrun and s.world_size > 1:
+        from .agreement import agree
+
+        agree(s, report)
+    return report
+
+
+@pytest.fixture
+def llmbench(request: pytest.FixtureRequest, benchmark: Any) -> LlmbenchFixture:
+    """Trains this test's configuration (strategy, world size, sequence length) for real.
+
+    `llmbench.train()` returns the run's result (also written to result.json and recorded in
+    pytest-benchmark); `llmbench.validate(result)` runs the seeds' validation checks.
+    """
+    spec = getattr(request, "param", None)
+    if spec is None:
+        pytest.fail("the llmbench fixture is parametrised by the llmbench plugin; this test has no run")
+    return LlmbenchFixture(request, benchmark, get_session(request.config), spec)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        machine_info["llmbench"] = session.machine_info()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    s = config.stash.get(SESSION_KEY, None)
+    if s is None or not s.result_paths:
+        return
+    terminalreporter.section("llmbench")
+    terminalreporter.write_line(f"{len(s.result_paths)} run(s) recorded under {s.results_dir}:")
+    for path in s.result_paths:
+        terminalreporter.write_line(f"  {path}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    s = config.stash.get(SESSION_KEY, None)
+    if s is not None:
+        s.shutdown()

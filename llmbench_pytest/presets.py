@@ -1,0 +1,153 @@
+"""The suite's presets from fixtures/: model sizes, GPU peak throughput, resource tiers.
+
+Standard library only. A model is either a preset name or a local transformers config
+(a config.json file or a directory holding one); nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .spec import SpecError
+
+# Config keys that bound the sequence length, by architecture family.
+_MAX_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length")
+
+
+@functools.cache
+def _load(name: str) -> dict[str, Any]:
+    data = resources.files("llmbench_pytest.fixtures").joinpath(name).read_text()
+    return tomllib.loads(data)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPreset:
+    """A model the suite can build without downloading anything."""
+
+    name: str
+    architecture: str
+    """Family of config class: llama, gpt2, or auto (a local config.json read by AutoConfig)."""
+    config: dict[str, Any]
+    """Keyword arguments for the config class (for a local file: its parsed contents)."""
+    seq_len: int
+    batch: int
+    path: str | None = None
+    """The local config file, when the model came from one."""
+
+    @property
+    def max_seq_len(self) -> int | None:
+        for key in _MAX_POSITION_KEYS:
+            if key in self.config:
+                return int(self.config[key])
+        return None
+
+
+def model_names() -> list[str]:
+    return [k for k in _load("models.toml") if k != "defaults"]
+
+
+def default_cpu_model() -> str:
+    return str(_load("models.toml")["defaults"]["cpu"])
+
+
+def resolve_model(name_or_path: str) -> ModelPreset:
+    """A preset by name, or a local config file/directory. Errors name the choices."""
+    table = _load("models.toml")
+    if name_or_path in table and name_or_path != "defaults":
+        entry = table[name_or_path]
+        return ModelPreset(
+            name=name_or_path,
+            architecture=entry["architecture"],
+            config=dict(entry["config"]),
+            seq_len=int(entry["seq_len"]),
+            batch=int(entry["batch"]),
+        )
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SpecError(f"model config {str(path)!r} is not readable JSON ({exc}).") from exc
+        if not isinstance(config, dict) or "model_type" not in config:
+            raise SpecError(
+                f"model config {str(path)!r} has no 'model_type': give a transformers config.json "
+                "(as written by PretrainedConfig.save_pretrained)."
+            )
+        stem = path.parent.name if path.name == "config.json" else path.stem
+        return ModelPreset(
+            name=stem or "custom",
+            architecture="auto",
+            config=config,
+            seq_len=min(1024, int(_first(config, _MAX_POSITION_KEYS, 1024))),
+            batch=1,
+            path=str(path.resolve()),
+        )
+    raise SpecError(
+        f"unknown model {name_or_path!r}: choose a preset ({', '.join(model_names())}) "
+        "or give a local config.json file or directory (nothing is downloaded)."
+    )
+
+
+def _first(config: dict[str, Any], keys: tuple[str, ...], default: Any) -> Any:
+    for key in keys:
+        if key in config:
+            return config[key]
+    return default
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    name: str
+    description: str
+    vram_limit_gb: float
+    gpu_model: str
+    min_device_gib: float
+
+
+def tiers() -> dict[str, Tier]:
+    return {
+        name: Tier(
+            name=name,
+            description=t["description"],
+            vram_limit_gb=float(t["vram_limit_gb"]),
+            gpu_model=t["gpu_model"],
+            min_device_gib=float(t.get("min_device_gib", 0)),
+        )
+        for name, t in _load("tiers.toml").items()
+    }
+
+
+def tier_for_memory(device_gib: float | None) -> Tier:
+    """The highest tier whose minimum device memory this device meets (CPU: the lowest)."""
+    ordered = sorted(tiers().values(), key=lambda t: t.min_device_gib)
+    chosen = ordered[0]
+    for tier in ordered:
+        if device_gib is not None and device_gib >= tier.min_device_gib:
+            chosen = tier
+    return chosen
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPeak:
+    name: str
+    tflops: float
+    source: str
+
+
+def gpu_peak(device_name: str, dtype: str) -> GpuPeak | None:
+    """Peak dense TFLOP/s for this GPU and dtype from fixtures/gpus.toml, or None if unknown."""
+    for entry in _load("gpus.toml")["gpu"]:
+        if re.search(entry["match"], device_name.strip()):
+            if dtype not in entry:
+                return None
+            return GpuPeak(name=entry["name"], tflops=float(entry[dtype]), source=entry["source"])
+    return None

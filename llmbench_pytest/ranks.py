@@ -1,0 +1,54 @@
+"""Where this process sits in a torchrun job, read from the environment torchrun sets.
+
+Standard library only, so the plugin can decide at start-up which rank writes files and prints.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RankEnv:
+    """This process's place in the job; a plain `pytest` run is rank 0 of 1."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    group_rank: int = 0
+    """The node's index (torchrun's GROUP_RANK)."""
+    under_torchrun: bool = False
+
+    @property
+    def is_writer(self) -> bool:
+        """Only rank 0 prints results and writes files."""
+        return self.rank == 0
+
+    @property
+    def nnodes(self) -> int:
+        return max(1, self.world_size // max(1, self.local_world_size))
+
+
+def _int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def rank_env() -> RankEnv:
+    under = "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ)
+    if not under:
+        return RankEnv()
+    world = _int("WORLD_SIZE", 1)
+    return RankEnv(
+        rank=_int("RANK", 0),
+        world_size=world,
+        local_rank=_int("LOCAL_RANK", 0),
+        local_world_size=_int("LOCAL_WORLD_SIZE", world),
+        group_rank=_int("GROUP_RANK", 0),
+        under_torchrun=True,
+    )

@@ -1,0 +1,299 @@
+"""result.json: what one run produced, where it lives, and how it is written.
+
+Standard library only. The first thirteen fields are exactly seed 000's example, so tools
+written for it keep working; everything llmbench adds follows. Files go where seed 000 puts
+them (`results/bench-<host>-<strategy>-ws<N>-seq<L>.log` and `..._results/result.json`); a
+run claims its directory with an atomic mkdir and never overwrites an earlier one (a second
+run of the same configuration gets `-r2`, `-r3`, ...). Every write is write-then-rename.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .flops import mfu, tflops_per_gpu
+from .measurement import Measurement
+from .presets import gpu_peak
+from .spec import RunSpec
+from .stats import StepStats
+
+SCHEMA_VERSION = 1
+RESULT_FILE = "result.json"
+
+SEED_FIELDS = (
+    "strategy",
+    "world_size",
+    "rank",
+    "seq_len",
+    "tier",
+    "steps",
+    "per_device_batch",
+    "grad_accum",
+    "tokens_per_sec",
+    "mean_step_time_sec",
+    "mean_loss",
+    "peak_vram_gb",
+    "h2d_gbps_per_gpu",
+)
+
+GB = 1e9  # result files use decimal GB, as seed 000 does (13.96808448 GB)
+
+
+def short_host() -> str:
+    return socket.gethostname().split(".")[0] or "host"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    base: Path
+    """results/bench-<host>-<strategy>-ws<N>-seq<L>[-rK]"""
+
+    @property
+    def log(self) -> Path:
+        return self.base.with_name(self.base.name + ".log")
+
+    @property
+    def directory(self) -> Path:
+        return self.base.with_name(self.base.name + "_results")
+
+    @property
+    def result(self) -> Path:
+        return self.directory / RESULT_FILE
+
+
+def claim_run_paths(results_dir: Path, spec: RunSpec, host: str | None = None) -> RunPaths:
+    """Create this run's result directory; an existing one (an earlier run) is never reused."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"bench-{host or short_host()}-{spec.name}-ws{spec.world_size}-seq{spec.seq_len}"
+    for k in range(1, 10_000):
+        base = results_dir / (stem if k == 1 else f"{stem}-r{k}")
+        try:
+            RunPaths(base).directory.mkdir()
+        except FileExistsError:
+            continue
+        return RunPaths(base)
+    raise RuntimeError(f"{results_dir}: 10,000 runs named {stem} already; clean the directory")
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write next to the target, flush to disk, then rename: readers see old or new, never half."""
+    text = json.dumps(data, indent=2, default=_json_default, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return repr(obj)
+
+
+def _finite(x: float | None) -> float | None:
+    """JSON has no NaN: a value that could not be measured is null."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return None
+    return x
+
+
+def _gb(x: int | float | None) -> float | None:
+    return None if x is None else x / GB
+
+
+def _max_rank(per_rank: list[dict[str, Any]], key: str) -> Any:
+    values = [r[key] for r in per_rank if r.get(key) is not None]
+    return max(values) if values else None
+
+
+def placeholder(spec: RunSpec, status: str, meta: dict[str, Any], error: str | None = None) -> dict[str, Any]:
+    """The result.json a run starts with (status running), or ends with when nothing was measured."""
+    return build_result(spec, Measurement(status=status, error=error), meta)
+
+
+def build_result(
+    spec: RunSpec, m: Measurement, meta: dict[str, Any], peak_tflops_override: float | None = None
+) -> dict[str, Any]:
+    """The result.json document for a run. `meta` adds session facts (command, times, options)."""
+    s = StepStats.of(m.step_times)
+    ok = m.ok and bool(m.step_times)
+    env = m.env
+    device = env.get("device", spec.device)
+    tokens_per_sec = spec.tokens_per_step / s.mean if ok else None
+    samples_per_sec = spec.samples_per_step / s.mean if ok else None
+    peak_alloc = _max_rank(m.per_rank, "peak_allocated_bytes")
+    peak_reserved = _max_rank(m.per_rank, "peak_reserved_bytes")
+    h2d = _max_rank(m.per_rank, "h2d_bytes")
+    h2d_gbps = (h2d / GB) / m.window_s if (ok and device == "cuda" and h2d is not None and m.window_s) else None
+
+    flops_per_token = m.model.get("flops_per_token")
+    tflops = (
+        tflops_per_gpu(flops_per_token, tokens_per_sec, spec.world_size)
+        if tokens_per_sec and flops_per_token
+        else None
+    )
+    mfu_value, peak_info, mfu_reason = None, None, None
+    if peak_tflops_override:
+        peak_info = {"name": env.get("gpu_name"), "tflops": peak_tflops_override, "source": "--llmbench-peak-tflops"}
+    elif device == "cuda" and env.get("gpu_name"):
+        peak = gpu_peak(env["gpu_name"], spec.dtype)
+        if peak:
+            peak_info = {"name": peak.name, "tflops": peak.tflops, "source": peak.source}
+        else:
+            mfu_reason = (
+                f"no {spec.dtype} peak for GPU {env['gpu_name']!r} in fixtures/gpus.toml; "
+                "pass --llmbench-peak-tflops"
+            )
+    elif device != "cuda":
+        mfu_reason = "no GPU: MFU compares with a GPU's peak (pass --llmbench-peak-tflops to set one)"
+    if tflops is not None and peak_info:
+        mfu_value = mfu(tflops, peak_info["tflops"])
+    elif not m.ok:
+        mfu_reason = f"run did not finish ({m.status})"
+
+    losses = m.losses
+    result: dict[str, Any] = {
+        # seed 000's fields, in its order
+        "strategy": spec.name,
+        "world_size": spec.world_size,
+        "rank": 0,
+        "seq_len": spec.seq_len,
+        "tier": spec.tier,
+        "steps": spec.steps if ok else 0,
+        "per_device_batch": spec.per_device_batch,
+        "grad_accum": spec.grad_accum,
+        "tokens_per_sec": tokens_per_sec,
+        "mean_step_time_sec": _finite(s.mean) if ok else None,
+        "mean_loss": sum(losses) / len(losses) if losses else None,
+        "peak_vram_gb": _gb(peak_alloc),
+        "h2d_gbps_per_gpu": h2d_gbps,
+        # llmbench's additions
+        "status": m.status,
+        "error": m.error,
+        "failed_ranks": m.failed_ranks,
+        "model": m.model.get("name") or spec.model,
+        "params": m.model.get("params"),
+        "dtype": spec.dtype,
+        "offload": spec.offload,
+        "grad_ckpt": spec.grad_ckpt,
+        "device": device,
+        "gpu_name": env.get("gpu_name"),
+        "nodes": meta.get("nodes", 1),
+        "ranks_per_node": meta.get("ranks_per_node", spec.world_size),
+        "samples_per_sec": samples_per_sec,
+        "tokens_per_sec_per_gpu": tokens_per_sec / spec.world_size if tokens_per_sec else None,
+        "step_time_median_sec": _finite(s.median) if ok else None,
+        "step_time_min_sec": _finite(s.min) if ok else None,
+        "step_time_max_sec": _finite(s.max) if ok else None,
+        "step_time_std_sec": _finite(s.std) if ok else None,
+        "step_time_cv": _finite(s.cv) if ok else None,
+        "peak_reserved_gb": _gb(peak_reserved),
+        "peak_host_rss_gb": _gb(_max_rank(m.per_rank, "peak_rss_bytes")),
+        "model_state_gb": _gb(_max_rank(m.per_rank, "census_bytes")),
+        "flops_per_token": flops_per_token,
+        "tflops_per_gpu": tflops,
+        "mfu": mfu_value,
+        "mfu_reason": None if mfu_value is not None else mfu_reason,
+        "peak_tflops": peak_info,
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "timing": {
+            "method": m.timing_method,
+            "window_sec": m.window_s,
+            "sum_of_steps_sec": sum(m.step_times) if m.step_times else None,
+            "setup_sec": m.setup_s,
+        },
+        "step_times_sec": m.step_times,
+        "losses": losses,
+        "warmup_losses": m.warmup_losses,
+        "per_rank": [_rank_view(r) for r in m.per_rank],
+        "model_info": m.model,
+        "strategy_config": m.strategy,
+        "checks": [],
+        "config": {"run": spec.to_dict(), **meta.get("config", {})},
+        "metadata": {
+            **env,
+            "command": meta.get("command"),
+            "test": meta.get("test"),
+            "started_at": meta.get("started_at"),
+            "finished_at": meta.get("finished_at"),
+        },
+        "schema_version": SCHEMA_VERSION,
+    }
+    return result
+
+
+def _rank_view(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "rank": r.get("rank"),
+        "status": r.get("status"),
+        "mean_step_time_sec": r.get("mean_step_time_sec"),
+        "model_state_gb": _gb(r.get("census_bytes")),
+        "peak_allocated_gb": _gb(r.get("peak_allocated_bytes")),
+        "peak_reserved_gb": _gb(r.get("peak_reserved_bytes")),
+        "peak_host_rss_gb": _gb(r.get("peak_rss_bytes")),
+        "device_total_gb": _gb(r.get("device_total_bytes")),
+        "alloc_retries": r.get("alloc_retries"),
+    }
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+class RunResult(Mapping[str, Any]):
+    """A result.json document with its location; fields read as keys or attributes."""
+
+    def __init__(self, data: dict[str, Any], paths: RunPaths | None) -> None:
+        self.data = data
+        self.paths = paths
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self.__dict__["data"][key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    @property
+    def path(self) -> Path | None:
+        return self.paths.result if self.paths else None
+
+    def __repr__(self) -> str:
+        return f"RunResult({self.data.get('strategy')}, status={self.data.get('status')}, path={self.path})"
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """Read one result.json; a missing, truncated or non-JSON file raises ValueError naming it."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable result file ({exc})") from exc
+    if not isinstance(data, dict) or "strategy" not in data:
+        raise ValueError(f"{path}: not a result file (no 'strategy' field)")
+    return data

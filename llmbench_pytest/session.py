@@ -1,0 +1,85 @@
+"""Session state the plugin keeps in config.stash: options, rank, the process group, results.
+
+Imports no torch at module level; the process group is made on first use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .checks import peer_key
+from .hardware import Hardware, detect
+from .options import SessionOptions
+from .ranks import RankEnv
+
+if TYPE_CHECKING:
+    from .worker.dist import DistContext
+
+
+class LlmbenchSession:
+    def __init__(self, config: pytest.Config, options: SessionOptions, env: RankEnv) -> None:
+        self.config = config
+        self.options = options
+        self.env = env
+        self.results_dir = Path(config.invocation_params.dir, options.results_dir)
+        self._ctx: DistContext | None = None
+        self._peers: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+        self.result_paths: list[Path] = []
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    def hardware(self) -> Hardware:
+        return detect(self.options.device, self.env.local_rank)
+
+    def dist(self) -> DistContext:
+        """The session's process group (torchrun's job, or a one-rank group), made once."""
+        if self._ctx is None:
+            from .worker import dist
+
+            self._ctx = dist.init(self.env, self.hardware().device, self.options.timeout)
+        return self._ctx
+
+    @property
+    def dist_started(self) -> bool:
+        return self._ctx is not None
+
+    def shutdown(self) -> None:
+        if self._ctx is not None:
+            from .worker import dist
+
+            dist.shutdown(self._ctx)
+            self._ctx = None
+
+    def remember(self, result: dict[str, Any]) -> None:
+        """Keep successful results for the cross-strategy (sharding) checks later in the session."""
+        if result.get("status") == "ok":
+            self._peers.setdefault(peer_key(result), {})[result["strategy"]] = result
+
+    def peers(self, result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self._peers.get(peer_key(result), {}).items() if k != result["strategy"]}
+
+    def machine_info(self) -> dict[str, Any]:
+        """GPU model, driver and library versions for pytest-benchmark's machine_info."""
+        import torch
+
+        from .worker import env_info
+
+        device = torch.device("cuda" if self.hardware().device == "cuda" else "cpu")
+        info = env_info.collect(device, str(self.config.rootpath))
+        keep = ("device", "gpu_name", "gpu_count", "gpu_memory_gb", "driver", "torch", "cuda", "nccl",
+                "deepspeed", "transformers", "llmbench")
+        out = {k: info.get(k) for k in keep}
+        out["world_size"] = self.world_size
+        return out
+
+
+SESSION_KEY = pytest.StashKey[LlmbenchSession]()
+
+
+def get_session(config: pytest.Config) -> LlmbenchSession:
+    return config.stash[SESSION_KEY]

@@ -1,0 +1,209 @@
+"""What one benchmark run is: the strategy table and the frozen, validated RunSpec.
+
+Imports only the standard library: the pytest plugin validates options with it before any
+torch is loaded, and the worker side receives the same object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Dtype = Literal["bf16", "fp16", "fp32"]
+Offload = Literal["none", "cpu", "nvme"]
+DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32")
+OFFLOAD_SUFFIX = {"cpu": "_offload", "nvme": "_nvme"}
+
+
+class SpecError(ValueError):
+    """A user-facing configuration error: the message names the setting, the value and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyInfo:
+    """One distributed strategy as users select it by name."""
+
+    name: str
+    """Base name used in test ids and result files (``zero2``)."""
+    family: Literal["ddp", "fsdp", "deepspeed"]
+    """Which strategy module implements it."""
+    summary: str
+    """One line for help text and reports."""
+    offload: tuple[str, ...] = ()
+    """Offload targets it supports (``cpu``, ``nvme``); empty when it keeps everything on device."""
+    zero_stage: int | None = None
+    """DeepSpeed ZeRO stage, for the deepspeed family."""
+    shards: tuple[str, ...] = ()
+    """Which model states it partitions across ranks (params, grads, optimizer)."""
+
+
+STRATEGIES: dict[str, StrategyInfo] = {
+    s.name: s
+    for s in (
+        StrategyInfo("ddp", "ddp", "DistributedDataParallel: every rank holds all model states"),
+        StrategyInfo(
+            "fsdp", "fsdp", "FSDP2 fully_shard, full sharding", shards=("params", "grads", "optimizer")
+        ),
+        StrategyInfo(
+            "fsdp_grad_op",
+            "fsdp",
+            "FSDP2 with parameters kept after forward; gradients and optimizer state sharded",
+            shards=("grads", "optimizer"),
+        ),
+        StrategyInfo("zero0", "deepspeed", "DeepSpeed, ZeRO disabled (data parallel)", zero_stage=0),
+        StrategyInfo(
+            "zero1",
+            "deepspeed",
+            "DeepSpeed ZeRO-1: optimizer state partitioned",
+            offload=("cpu",),
+            zero_stage=1,
+            shards=("optimizer",),
+        ),
+        StrategyInfo(
+            "zero2",
+            "deepspeed",
+            "DeepSpeed ZeRO-2: optimizer state and gradients partitioned",
+            offload=("cpu",),
+            zero_stage=2,
+            shards=("grads", "optimizer"),
+        ),
+        StrategyInfo(
+            "zero3",
+            "deepspeed",
+            "DeepSpeed ZeRO-3: parameters, gradients and optimizer state partitioned",
+            offload=("cpu", "nvme"),
+            zero_stage=3,
+            shards=("params", "grads", "optimizer"),
+        ),
+    )
+}
+
+# The matrix a session runs when --llmbench-strategies is not given.
+DEFAULT_STRATEGIES: tuple[str, ...] = (
+    "ddp",
+    "fsdp",
+    "fsdp_grad_op",
+    "zero0",
+    "zero1",
+    "zero2",
+    "zero3",
+    "zero2_offload",
+    "zero3_offload",
+    "zero3_nvme",
+)
+
+
+def offload_variants() -> list[str]:
+    return [s.name + OFFLOAD_SUFFIX[o] for s in STRATEGIES.values() for o in s.offload]
+
+
+def parse_strategy(name: str) -> tuple[StrategyInfo, Offload]:
+    """``zero3_nvme`` -> (zero3, "nvme"). Refuses unknown names and offload where it cannot happen."""
+    name = name.strip()
+    for offload, suffix in OFFLOAD_SUFFIX.items():
+        if name.endswith(suffix):
+            base = name[: -len(suffix)]
+            info = STRATEGIES.get(base)
+            if info is None:
+                break
+            if offload not in info.offload:
+                can = ", ".join(v for v in offload_variants() if v.endswith(suffix)) or "none"
+                where = "NVMe" if offload == "nvme" else "CPU"
+                raise SpecError(
+                    f"strategy {name!r}: {base} cannot offload to {where}. "
+                    f"Strategies that can: {can}. Drop the {suffix!r} suffix or pick one of those."
+                )
+            return info, offload  # type: ignore[return-value]
+    info = STRATEGIES.get(name)
+    if info is None:
+        raise SpecError(
+            f"unknown strategy {name!r}: choose from {', '.join(STRATEGIES)} "
+            f"or an offload variant ({', '.join(offload_variants())})."
+        )
+    return info, "none"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSpec:
+    """Everything that decides what one benchmark run trains and how. Hashable and JSON-able."""
+
+    strategy: str
+    """Base strategy name (a key of STRATEGIES)."""
+    offload: Offload = "none"
+    """Where DeepSpeed puts optimizer state (and, for ZeRO-3, parameters): none, cpu or nvme."""
+    model: str
+    """A preset name from fixtures/models.toml, or a local config.json file or directory."""
+    seq_len: int
+    """Tokens per sequence."""
+    per_device_batch: int
+    """Sequences per rank per micro-step."""
+    grad_accum: int = 1
+    """Micro-steps per optimizer step."""
+    steps: int
+    """Measured optimizer steps."""
+    warmup: int
+    """Optimizer steps run first and left out of every statistic."""
+    dtype: Dtype
+    """Compute precision: bf16 or fp16 mixed precision with fp32 master weights, or fp32."""
+    world_size: int = 1
+    """Ranks in the training group."""
+    grad_ckpt: bool = False
+    """Activation (gradient) checkpointing: recompute activations in backward to save memory."""
+    tier: str = "A"
+    """Resource tier (fixtures/tiers.toml), recorded with the result."""
+    nvme_path: str | None = None
+    """Directory for NVMe offload (zero3_nvme)."""
+    lr: float = 1e-3
+    """AdamW learning rate; high enough that loss visibly falls within a short run."""
+    seed: int = 1234
+    """Seed for weights and synthetic data, the same on every rank."""
+    device: Literal["cuda", "cpu"] = "cpu"
+    """Where the model trains; cuda means one GPU per rank."""
+    extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    """Options later workloads add (kept out of equality so RunSpecs stay comparable)."""
+
+    def __post_init__(self) -> None:
+        info, _ = parse_strategy(self.name)
+        for name in ("seq_len", "per_device_batch", "grad_accum", "steps", "world_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecError(f"{name} must be a whole number of at least 1; got {value!r}.")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise SpecError(f"warmup must be a whole number of steps, 0 or more; got {self.warmup!r}.")
+        if self.dtype not in DTYPES:
+            raise SpecError(f"dtype must be one of {', '.join(DTYPES)}; got {self.dtype!r}.")
+        if self.offload == "nvme" and not self.nvme_path:
+            raise SpecError(f"{self.name} needs a directory: pass --llmbench-nvme-path=/path/on/nvme.")
+        if self.dtype == "fp16" and info.family == "fsdp":
+            # FSDP2 has no loss scaler that works with sharded fp16 gradients here; bf16 needs none.
+            raise SpecError(f"{self.name} runs bf16 or fp32, not fp16: pass --llmbench-dtype=bf16.")
+
+    @property
+    def name(self) -> str:
+        """The user-facing strategy name, offload suffix included (``zero3_nvme``)."""
+        return self.strategy + OFFLOAD_SUFFIX.get(self.offload, "")
+
+    @property
+    def info(self) -> StrategyInfo:
+        return STRATEGIES[self.strategy]
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens the whole group trains on in one optimizer step."""
+        return self.world_size * self.per_device_batch * self.grad_accum * self.seq_len
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.world_size * self.per_device_batch * self.grad_accum
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def replace(self, **changes: Any) -> RunSpec:
+        return dataclasses.replace(self, **changes)

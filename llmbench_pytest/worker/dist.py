@@ -1,0 +1,111 @@
+"""Runs inside each rank: the process groups a session trains and coordinates with.
+
+Under torchrun the default group spans the job (NCCL for GPU tensors, gloo for CPU tensors);
+a plain `pytest` run makes its own one-rank group, so every strategy runs the same code path.
+A separate gloo group carries the plugin's own coordination (outcome agreement, the slowest
+rank's step times), so it keeps working whatever state the training backend is in.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ..ranks import RankEnv
+from ..spec import SpecError
+
+
+@dataclass
+class DistContext:
+    env: RankEnv
+    device: torch.device
+    backend: str
+    control: dist.ProcessGroup
+    """gloo group over all ranks for the plugin's CPU-side coordination."""
+    timeout_s: float
+    created: bool
+    """True when this module initialised the default group (and so must destroy it)."""
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+
+def select_device(env: RankEnv, kind: str) -> torch.device:
+    """One GPU per rank (LOCAL_RANK), or the CPU."""
+    if kind == "cpu":
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if env.local_rank >= count:
+        raise SpecError(
+            f"this node runs {env.local_world_size} ranks but has {count} GPU(s): one GPU per rank is "
+            f"needed. Run torchrun with --nproc_per_node={count}, or pass --llmbench-device=cpu."
+        )
+    return torch.device("cuda", env.local_rank)
+
+
+def init(env: RankEnv, device_kind: str, timeout_s: float) -> DistContext:
+    device = select_device(env, device_kind)
+    backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    elif "OMP_NUM_THREADS" not in os.environ:
+        # one intra-op thread per rank, as torchrun sets it: a lone process on all cores competes
+        # with its own communication threads, and its step times swing by tens of percent
+        torch.set_num_threads(1)
+    created = False
+    if not dist.is_initialized():
+        if env.under_torchrun:
+            dist.init_process_group(
+                backend=backend, timeout=timeout, device_id=device if device.type == "cuda" else None
+            )
+        else:
+            # DeepSpeed reads LOCAL_RANK from the environment, as torchrun would have set it
+            os.environ.setdefault("LOCAL_RANK", "0")
+            # a one-rank group needs no rendezvous: an in-process store is enough
+            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        created = True
+    control = dist.new_group(backend="gloo", timeout=timeout)
+    return DistContext(
+        env=env, device=device, backend=backend, control=control, timeout_s=timeout_s, created=created
+    )
+
+
+def shutdown(ctx: DistContext) -> None:
+    if ctx.created and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_gather_object(ctx: DistContext, obj: object) -> list[object]:
+    """Every rank's `obj`, over the control group (a no-op list at world size 1)."""
+    if ctx.world_size == 1:
+        return [obj]
+    out: list[object] = [None] * ctx.world_size
+    dist.all_gather_object(out, obj, group=ctx.control)
+    return out
+
+
+def max_over_ranks(ctx: DistContext, values: list[float]) -> list[float]:
+    """Element-wise maximum across ranks: a step ends when its slowest rank ends."""
+    if ctx.world_size == 1 or not values:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.control)
+    return t.tolist()
+
+
+def mean_over_ranks(ctx: DistContext, values: list[float]) -> list[float]:
+    if ctx.world_size == 1 or not values:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM, group=ctx.control)
+    return (t / ctx.world_size).tolist()

@@ -1,0 +1,111 @@
+"""Runs inside each rank: the timed training loop.
+
+Warm-up steps run first and are left out of every number. During the measured steps nothing
+waits for the device: losses stay on the device until the window closes, step times come from
+events, and the only host work is queueing the step. After the window one more, untimed step
+takes a census of live tensors between its backward and its optimizer step, when parameters,
+gradients and optimizer state all exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from ..spec import RunSpec
+from .memory import PeakMemory, census_bytes
+from .strategies import Strategy
+from .timing import StepClock
+
+EXTRA_STEPS = 1
+"""Untimed steps after the window (the census step); the data feed must cover them."""
+
+
+@dataclass
+class LoopSamples:
+    """One rank's raw measurements."""
+
+    step_times: list[float]
+    losses: list[float]
+    """Mean loss over each measured step's micro-batches."""
+    warmup_losses: list[float]
+    window_s: float
+    timing_method: str
+    census_bytes: int
+    h2d_bytes: int
+    memory: dict[str, int | bool | None] = field(default_factory=dict)
+
+
+class _Feed:
+    """Hands out the pre-made micro-batches and counts the bytes copied to the device."""
+
+    def __init__(self, batches: list[torch.Tensor], device: torch.device) -> None:
+        self.batches, self.device = batches, device
+        self.it: Iterator[torch.Tensor] = iter(batches)
+        self.h2d_bytes = 0
+
+    def next(self) -> torch.Tensor:
+        host = next(self.it)
+        if self.device.type == "cuda":
+            self.h2d_bytes += host.numel() * host.element_size()
+        return host.to(self.device, non_blocking=True)
+
+
+def _backward(strategy: Strategy, feed: _Feed, accum: int) -> torch.Tensor:
+    losses = [strategy.micro_step(feed.next(), micro == accum - 1) for micro in range(accum)]
+    return torch.stack(losses).mean()
+
+
+def timed_loop(
+    strategy: Strategy, batches: list[torch.Tensor], spec: RunSpec, device: torch.device, log: logging.Logger
+) -> LoopSamples:
+    accum = spec.grad_accum
+    feed = _Feed(batches, device)
+
+    warmup_losses = []
+    for i in range(spec.warmup):
+        loss = _backward(strategy, feed, accum)
+        strategy.optimizer_step()
+        warmup_losses.append(float(loss))  # warm-up may wait for the device: it is not timed
+        log.info("warmup %d/%d loss %.4f", i + 1, spec.warmup, warmup_losses[-1])
+
+    feed.h2d_bytes = 0
+    clock = StepClock(device)
+    peak = PeakMemory(device)
+    peak.reset()
+    step_losses: list[torch.Tensor] = []
+    every = max(1, spec.steps // 10)
+    started = time.perf_counter()
+    clock.start_window()
+    for i in range(spec.steps):
+        clock.begin()
+        loss = _backward(strategy, feed, accum)
+        strategy.optimizer_step()
+        clock.end()
+        step_losses.append(loss)
+        if (i + 1) % every == 0 and i + 1 < spec.steps:
+            log.info("step %d/%d queued after %.1f s", i + 1, spec.steps, time.perf_counter() - started)
+    clock.end_window()
+    memory = peak.read()
+    h2d = feed.h2d_bytes
+
+    _backward(strategy, feed, accum)
+    census = census_bytes()
+    strategy.optimizer_step()
+
+    losses = [float(v) for v in torch.stack(step_losses).float().cpu()]
+    log.info("measured %d steps in %.3f s, loss %.4f -> %.4f", spec.steps, clock.window_s, losses[0], losses[-1])
+    return LoopSamples(
+        step_times=clock.durations(),
+        losses=losses,
+        warmup_losses=warmup_losses,
+        window_s=clock.window_s,
+        timing_method=clock.method,
+        census_bytes=census,
+        h2d_bytes=h2d,
+        memory=memory,
+    )

@@ -1,0 +1,129 @@
+"""Runs inside each rank: builds a transformers model from a config, with random weights.
+
+A model here is a module plus what the loop and the metrics need from it: the loss for a batch,
+the parameter count, the FLOPs per token (from the config, PaLM appendix B), and the class of
+its repeated block (FSDP shards per block). Causal LMs are built today; encoder-decoder and
+LoRA-wrapped models plug in through `WORKLOADS` with their own builder and loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..flops import FlopsModel
+from ..presets import ModelPreset
+from ..spec import RunSpec
+
+
+@dataclass
+class BuiltModel:
+    module: nn.Module
+    loss: Callable[[nn.Module, torch.Tensor], torch.Tensor]
+    """(wrapped module, input ids) -> scalar loss; the wrapped module may be DDP/FSDP/DeepSpeed."""
+    vocab_size: int
+    flops: FlopsModel
+    block_classes: tuple[type[nn.Module], ...]
+    """The repeated transformer block, the unit FSDP shards and checkpointing recomputes."""
+    hidden_size: int
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _config(preset: ModelPreset) -> Any:
+    if preset.architecture == "llama":
+        from transformers import LlamaConfig
+
+        return LlamaConfig(**preset.config)
+    if preset.architecture == "gpt2":
+        from transformers import GPT2Config
+
+        return GPT2Config(**preset.config)
+    from transformers import AutoConfig
+
+    # A local config file: AutoConfig picks the class from its model_type, nothing is downloaded.
+    kwargs = {k: v for k, v in preset.config.items() if k != "model_type"}
+    return AutoConfig.for_model(preset.config["model_type"], **kwargs)
+
+
+def causal_lm_loss(module: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    # transformers shifts the labels inside; only the loss leaves this function, so the
+    # logits (batch x seq x vocab) are freed before backward finishes
+    return module(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+
+
+def matmul_params(module: nn.Module) -> int:
+    """Parameters that take part in matrix products: all but embedding lookups.
+
+    A tied LM head multiplies by the input embedding, so it counts once as a matmul.
+    """
+    embedding_ids = {id(m.weight) for m in module.modules() if isinstance(m, nn.Embedding)}
+    total = sum(p.numel() for p in module.parameters() if id(p) not in embedding_ids)
+    get_out = getattr(module, "get_output_embeddings", None)
+    head = get_out() if callable(get_out) else None
+    if head is not None and id(head.weight) in embedding_ids:
+        total += head.weight.numel()
+    return total
+
+
+def build_causal_lm(spec: RunSpec, preset: ModelPreset, device: torch.device) -> BuiltModel:
+    from transformers import AutoModelForCausalLM
+
+    config = _config(preset)
+    torch.manual_seed(spec.seed)  # same weights on every rank
+    with device:
+        module = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    if spec.grad_ckpt:
+        module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    module.train()
+
+    n_params = sum(p.numel() for p in module.parameters())
+    layers = int(config.num_hidden_layers)
+    heads = int(config.num_attention_heads)
+    hidden = int(config.hidden_size)
+    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+    flops = FlopsModel(
+        n_params=n_params,
+        matmul_params=matmul_params(module),
+        layers=layers,
+        heads=heads,
+        head_dim=head_dim,
+        seq_len=spec.seq_len,
+    )
+    block_names = set(getattr(module, "_no_split_modules", None) or ())
+    blocks = tuple({type(m) for m in module.modules() if type(m).__name__ in block_names})
+    return BuiltModel(
+        module=module,
+        loss=causal_lm_loss,
+        vocab_size=int(config.vocab_size),
+        flops=flops,
+        block_classes=blocks,
+        hidden_size=hidden,
+        summary={
+            "name": preset.name,
+            "architecture": type(module).__name__,
+            "config_path": preset.path,
+            "params": n_params,
+            "matmul_params": flops.matmul_params,
+            "layers": layers,
+            "hidden_size": hidden,
+            "heads": heads,
+            "head_dim": head_dim,
+            "vocab_size": int(config.vocab_size),
+            "flops_per_token": flops.per_token,
+        },
+    )
+
+
+# Workload name -> builder. The pre-training benchmark uses "causal_lm".
+WORKLOADS: dict[str, Callable[[RunSpec, ModelPreset, torch.device], BuiltModel]] = {
+    "causal_lm": build_causal_lm,
+}
+
+
+def build_model(spec: RunSpec, preset: ModelPreset, device: torch.device) -> BuiltModel:
+    workload = spec.extra.get("workload", "causal_lm")
+    return WORKLOADS[workload](spec, preset, device)

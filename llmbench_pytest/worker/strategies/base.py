@@ -1,0 +1,56 @@
+"""Runs inside each rank: the one small interface every distributed strategy implements.
+
+A strategy wraps a built model for data-parallel training, runs one micro-step (forward and
+backward on one micro-batch) and one optimizer step, and describes what it did. The timed loop
+knows nothing else about it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Protocol
+
+import torch
+
+from ...spec import RunSpec
+from ..dist import DistContext
+from ..models import BuiltModel
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class Strategy(Protocol):
+    def setup(self, built: BuiltModel, spec: RunSpec, ctx: DistContext) -> None:
+        """Wrap the model and build its optimizer. Collective: every rank calls it."""
+
+    def micro_step(self, input_ids: torch.Tensor, last: bool) -> torch.Tensor:
+        """Forward and backward on one micro-batch; returns the detached, unscaled loss.
+
+        `last` is False for the micro-steps of gradient accumulation that need no gradient sync.
+        """
+
+    def optimizer_step(self) -> None:
+        """Apply the accumulated gradients and clear them."""
+
+    def describe(self) -> dict[str, Any]:
+        """What was configured (wrapping, precision, the DeepSpeed config), for result.json."""
+
+    def close(self) -> None:
+        """Release hooks and buffers so the next run in this process starts clean."""
+
+
+def autocast(spec: RunSpec, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Mixed precision for strategies that keep fp32 master weights in the module (DDP)."""
+    if spec.dtype not in AMP_DTYPES:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=AMP_DTYPES[spec.dtype])
+
+
+def adamw(params: Any, spec: RunSpec, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW as a user would pick it: the fused CUDA kernel on GPU, foreach on CPU."""
+    impl = {"fused": True} if device.type == "cuda" else {"foreach": True}
+    return torch.optim.AdamW(params, lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.0, **impl)
+
+
+def optimizer_kind(device: torch.device) -> str:
+    return "torch.optim.AdamW(fused)" if device.type == "cuda" else "torch.optim.AdamW(foreach)"

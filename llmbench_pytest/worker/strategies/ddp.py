@@ -1,0 +1,56 @@
+"""Runs inside each rank: DistributedDataParallel, every rank holding all model states."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from ...spec import RunSpec
+from ..dist import DistContext
+from ..models import BuiltModel
+from .base import adamw, autocast, optimizer_kind
+
+
+class DDPStrategy:
+    def setup(self, built: BuiltModel, spec: RunSpec, ctx: DistContext) -> None:
+        self.built, self.spec, self.device = built, spec, ctx.device
+        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        # gradients live in the all-reduce buckets instead of beside them: one copy, not two
+        self.model = DistributedDataParallel(built.module, device_ids=device_ids, gradient_as_bucket_view=True)
+        self.optimizer = adamw(self.model.parameters(), spec, ctx.device)
+        # fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none
+        self.scaler = torch.amp.GradScaler(ctx.device.type) if spec.dtype == "fp16" else None
+
+    def micro_step(self, input_ids: torch.Tensor, last: bool) -> torch.Tensor:
+        sync = contextlib.nullcontext() if last else self.model.no_sync()
+        with sync:
+            with autocast(self.spec, self.device):
+                loss = self.built.loss(self.model, input_ids)
+            scaled = loss / self.spec.grad_accum
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "wrapper": "torch.nn.parallel.DistributedDataParallel",
+            "gradient_as_bucket_view": True,
+            "mixed_precision": f"autocast({self.spec.dtype}), fp32 master weights"
+            if self.spec.dtype != "fp32"
+            else "none",
+            "loss_scaling": "torch.amp.GradScaler" if self.scaler else None,
+            "optimizer": optimizer_kind(self.device),
+        }
+
+    def close(self) -> None:
+        self.model = self.optimizer = None  # type: ignore[assignment]

@@ -1,0 +1,151 @@
+"""Runs inside each rank: DeepSpeed ZeRO stages 0-3, with CPU and NVMe offload.
+
+The only module that imports deepspeed. The config it builds is what a careful user would
+write: bucket sizes scaled to the model's width the way the Hugging Face integration's
+"auto" values are (DeepSpeed's 5e8-element defaults would allocate gigabytes of buffers for a
+small model and hide the sharding), torch's fused AdamW where no offload asks for DeepSpeed's
+CPU Adam, and the precision the run asked for. The config is recorded with every result.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+
+import torch
+
+from ...spec import RunSpec
+from ..dist import DistContext
+from ..models import BuiltModel
+
+# DeepSpeed's op builder parses TORCH_CUDA_ARCH_LIST entries as integers and so rejects the
+# arch-specific suffixes PyTorch accepts ("9.0a" for Hopper: DeepSpeed issue 7589). Its kernels
+# use nothing sm_90a-only, so the plain architecture builds code that runs on the same GPU.
+_ARCH_SUFFIX = re.compile(r"^(\d+\.\d+)[a-z]+(\+PTX)?$")
+
+
+def deepspeed_safe_arch_list(value: str | None) -> str | None:
+    """TORCH_CUDA_ARCH_LIST with arch suffixes dropped ("9.0a;10.0f+PTX" -> "9.0;10.0+PTX")."""
+    if not value:
+        return value
+    entries = [e for e in re.split(r"[;\s]+", value.strip()) if e]
+    fixed = []
+    for entry in entries:
+        m = _ARCH_SUFFIX.match(entry)
+        fixed.append(m.group(1) + (m.group(2) or "") if m else entry)
+    out: list[str] = []
+    for entry in fixed:
+        if entry not in out:
+            out.append(entry)
+    return ";".join(out)
+
+
+def build_config(spec: RunSpec, hidden_size: int, device: torch.device) -> dict[str, Any]:
+    stage = spec.info.zero_stage
+    assert stage is not None
+    bucket = hidden_size * hidden_size
+    zero: dict[str, Any] = {
+        "stage": stage,
+        "contiguous_gradients": True,
+        "overlap_comm": device.type == "cuda",
+        "reduce_bucket_size": bucket,
+        "allgather_bucket_size": bucket,
+    }
+    if stage == 3:
+        zero.update(
+            stage3_prefetch_bucket_size=int(0.9 * bucket),
+            stage3_param_persistence_threshold=10 * hidden_size,
+        )
+    pin = device.type == "cuda"
+    if spec.offload == "cpu":
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
+        if stage == 3:
+            zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
+    elif spec.offload == "nvme":
+        nvme = {"device": "nvme", "nvme_path": spec.nvme_path, "pin_memory": pin}
+        zero["offload_optimizer"] = dict(nvme)
+        zero["offload_param"] = dict(nvme)
+
+    adam: dict[str, Any] = {"lr": spec.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}
+    if spec.offload == "none":
+        # torch's AdamW needs no JIT-built op; fused on GPU is as fast as DeepSpeed's FusedAdam
+        adam["torch_adam"] = True
+        if device.type == "cuda":
+            adam["fused"] = True
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": spec.per_device_batch,
+        "gradient_accumulation_steps": spec.grad_accum,
+        "train_batch_size": spec.per_device_batch * spec.grad_accum * spec.world_size,
+        "optimizer": {"type": "AdamW", "params": adam},
+        "zero_optimization": zero,
+        "gradient_clipping": 0.0,
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }
+    if spec.dtype == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif spec.dtype == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    if spec.offload == "nvme":
+        config["aio"] = {"block_size": 1 << 20, "queue_depth": 8, "single_submit": False, "overlap_events": True}
+    return config
+
+
+class DeepSpeedStrategy:
+    def setup(self, built: BuiltModel, spec: RunSpec, ctx: DistContext) -> None:
+        self.arch_list_before = os.environ.get("TORCH_CUDA_ARCH_LIST")
+        safe = deepspeed_safe_arch_list(self.arch_list_before)
+        if safe != self.arch_list_before and safe is not None:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = safe
+        # DeepSpeed picks its accelerator at import; make it match the device this run uses
+        os.environ.setdefault("DS_ACCELERATOR", "cuda" if ctx.device.type == "cuda" else "cpu")
+        import deepspeed
+        from deepspeed.utils import logger as ds_logger
+
+        ds_logger.setLevel(logging.WARNING)
+        self.built, self.spec = built, spec
+        self.config = build_config(spec, built.hidden_size, ctx.device)
+        # the default process group already exists; DeepSpeed joins it instead of making one
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(
+            model=built.module,
+            model_parameters=[p for p in built.module.parameters() if p.requires_grad],
+            config=self.config,
+            dist_init_required=False,
+        )
+        self.version = deepspeed.__version__
+
+    def micro_step(self, input_ids: torch.Tensor, last: bool) -> torch.Tensor:
+        # DeepSpeed counts micro-steps itself: backward scales by 1/accumulation and step()
+        # must run after every micro-step; it applies the optimizer only at the boundary, so the
+        # boundary's step() waits for optimizer_step()
+        loss = self.built.loss(self.engine, input_ids)
+        self.engine.backward(loss)
+        if not last:
+            self.engine.step()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        self.engine.step()
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "wrapper": "deepspeed.initialize",
+            "deepspeed_version": self.version,
+            "zero_optimizer": type(self.optimizer).__name__,
+            "deepspeed_config": self.config,
+        }
+        if os.environ.get("TORCH_CUDA_ARCH_LIST") != self.arch_list_before:
+            out["torch_cuda_arch_list"] = {
+                "given": self.arch_list_before,
+                "used": os.environ.get("TORCH_CUDA_ARCH_LIST"),
+                "why": "DeepSpeed's op builder rejects arch suffixes such as 9.0a (DeepSpeed issue 7589)",
+            }
+        return out
+
+    def close(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None and hasattr(engine, "destroy"):
+            engine.destroy()  # removes its hooks so the module and buffers can be freed
+        self.engine = self.optimizer = None

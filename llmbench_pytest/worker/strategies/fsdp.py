@@ -1,0 +1,65 @@
+"""Runs inside each rank: FSDP2 (torch.distributed.fsdp.fully_shard), one unit per block.
+
+`fsdp` reshards parameters after forward (ZeRO-3-like: parameters, gradients and optimizer
+state sharded). `fsdp_grad_op` keeps the gathered parameters from forward to backward, so
+only gradients and optimizer state stay sharded (ZeRO-2-like, the old SHARD_GRAD_OP).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from ...spec import RunSpec
+from ..dist import DistContext
+from ..models import BuiltModel
+from .base import AMP_DTYPES, adamw, optimizer_kind
+
+
+class FSDPStrategy:
+    def __init__(self, reshard_after_forward: bool) -> None:
+        self.reshard_after_forward = reshard_after_forward
+
+    def setup(self, built: BuiltModel, spec: RunSpec, ctx: DistContext) -> None:
+        self.built, self.spec, self.device = built, spec, ctx.device
+        mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+        policy = MixedPrecisionPolicy()
+        if spec.dtype in AMP_DTYPES:
+            # compute in bf16, reduce gradients and keep master weights in fp32
+            policy = MixedPrecisionPolicy(param_dtype=AMP_DTYPES[spec.dtype], reduce_dtype=torch.float32)
+        module = built.module
+        blocks = [m for m in module.modules() if isinstance(m, built.block_classes)]
+        for block in blocks:
+            fully_shard(block, mesh=mesh, reshard_after_forward=self.reshard_after_forward, mp_policy=policy)
+        fully_shard(module, mesh=mesh, reshard_after_forward=self.reshard_after_forward, mp_policy=policy)
+        self.units = len(blocks) + 1
+        self.model = module
+        self.optimizer = adamw(module.parameters(), spec, ctx.device)
+
+    def micro_step(self, input_ids: torch.Tensor, last: bool) -> torch.Tensor:
+        # accumulation micro-steps keep unsharded gradients locally and reduce-scatter once
+        self.model.set_requires_gradient_sync(last)
+        loss = self.built.loss(self.model, input_ids)
+        (loss / self.spec.grad_accum).backward()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "wrapper": "torch.distributed.fsdp.fully_shard",
+            "reshard_after_forward": self.reshard_after_forward,
+            "sharded_units": self.units,
+            "mixed_precision": f"param {self.spec.dtype}, reduce fp32, fp32 master weights"
+            if self.spec.dtype != "fp32"
+            else "none",
+            "optimizer": optimizer_kind(self.device),
+        }
+
+    def close(self) -> None:
+        self.model = self.optimizer = None  # type: ignore[assignment]

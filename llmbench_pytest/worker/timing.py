@@ -1,0 +1,58 @@
+"""Runs inside each rank: per-step timing without disturbing the steps.
+
+On a GPU each step is bracketed by CUDA events, so no step waits for the device: the host
+keeps queueing work exactly as an untimed loop would. The measured window is also timed by
+the host clock between two synchronizations, which gives the suite an independent total to
+check the events against. On the CPU, perf_counter brackets each step.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+class StepClock:
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._marks: list[tuple[object, object]] = []
+        self._open: object | None = None
+        self._window_start = 0.0
+        self.window_s = 0.0
+        """Host-clock time of the whole measured window, synchronized at both ends."""
+
+    def _now(self) -> object:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def start_window(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+        self._window_start = time.perf_counter()
+
+    def end_window(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.window_s = time.perf_counter() - self._window_start
+
+    def begin(self) -> None:
+        self._open = self._now()
+
+    def end(self) -> None:
+        assert self._open is not None, "end() without begin()"
+        self._marks.append((self._open, self._now()))
+        self._open = None
+
+    def durations(self) -> list[float]:
+        """Seconds per step; call after end_window() (the events have completed by then)."""
+        if self.cuda:
+            return [s.elapsed_time(e) / 1000.0 for s, e in self._marks]  # type: ignore[attr-defined]
+        return [float(e) - float(s) for s, e in self._marks]  # type: ignore[arg-type]
+
+    @property
+    def method(self) -> str:
+        return "cuda_events" if self.cuda else "perf_counter"
