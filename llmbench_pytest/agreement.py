@@ -39,7 +39,7 @@ def check_collection(session: LlmbenchSession, nodeids: list[str]) -> None:
 
 def _text(report: pytest.TestReport) -> str:
     if report.outcome == "skipped" and isinstance(report.longrepr, tuple):
-        return str(report.longrepr[2])
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
     return str(report.longrepr or "")[-_MAX_TEXT:]
 
 

@@ -21,6 +21,8 @@ SHARDING_ORDER: tuple[tuple[str, str, bool], ...] = (
     ("zero2", "zero1", False),
     ("zero1", "ddp", True),
     ("fsdp", "ddp", True),
+    ("fsdp_grad_op", "ddp", True),
+    ("fsdp", "fsdp_grad_op", False),
 )
 STRICT_MARGIN = 0.01
 """'A < B' needs A at least 1% below B; 'A <= B' allows A up to 1% above B (allocator rounding)."""
@@ -123,7 +125,8 @@ def peer_key(result: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def check_sharding(result: Mapping[str, Any], peers: Mapping[str, Mapping[str, Any]]) -> CheckOutcome:
-    """Model states per rank follow the sharding: ZeRO-3 < ZeRO-2 <= ZeRO-1 < DDP, FSDP < DDP.
+    """Model states per rank follow the sharding: ZeRO-3 < ZeRO-2 <= ZeRO-1 < DDP, FSDP < DDP
+    (and FSDP <= its grad-op variant < DDP).
 
     `peers` maps strategy name -> an earlier successful result with the same peer_key.
     """

@@ -52,6 +52,7 @@ class LlmbenchFixture:
 
     def train(self) -> RunResult:
         """Train this test's configuration; record it; fail the test if the run failed."""
+        __tracebackhide__ = True  # a failed run points at the test's line, not at this helper
         from .worker.run import run_benchmark
 
         ctx = self.session.dist()
@@ -89,7 +90,7 @@ class LlmbenchFixture:
         self.result = RunResult(data, self.paths)
         if not measurement.ok:
             where = f"\nresult: {self.paths.result}" if self.paths else ""
-            pytest.fail(f"{spec.name} {measurement.status}: {measurement.error}{where}", pytrace=False)
+            pytest.fail(f"{spec.name} {measurement.status}: {measurement.error}{where}")
         return self.result
 
     def validate(

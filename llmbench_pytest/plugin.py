@@ -20,6 +20,14 @@ from .spec import SpecError
 
 _ERRORS_KEY = pytest.StashKey[list[str]]()
 
+# Deprecation notices that DeepSpeed and FSDP trigger inside torch on every collective (a
+# thousand per session) and that no llmbench user can act on.
+_THIRD_PARTY_NOISE = (
+    "ignore:`torch.distributed.all_gather_into_tensor` is deprecated:FutureWarning",
+    "ignore:`torch.distributed.reduce_scatter_tensor` is deprecated:FutureWarning",
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
+)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("llmbench", "llmbench: distributed LLM training benchmarks")
@@ -62,6 +70,8 @@ def pytest_configure(config: pytest.Config) -> None:
             "-n (pytest-xdist) cannot run under torchrun: torchrun already starts one pytest per rank "
             "and the ranks must run the same tests in the same order. Drop -n (or pass -n0)."
         )
+    for line in _THIRD_PARTY_NOISE:
+        config.addinivalue_line("filterwarnings", line)
     if not env.is_writer:
         _no_writes_on_this_rank(config)
     config.stash[SESSION_KEY] = LlmbenchSession(config, options, env)

@@ -38,6 +38,8 @@ class ModelPreset:
     """Keyword arguments for the config class (for a local file: its parsed contents)."""
     seq_len: int
     batch: int
+    params: int | None = None
+    """Parameter count the config builds (recorded in models.toml, checked by the tests)."""
     path: str | None = None
     """The local config file, when the model came from one."""
 
@@ -68,6 +70,7 @@ def resolve_model(name_or_path: str) -> ModelPreset:
             config=dict(entry["config"]),
             seq_len=int(entry["seq_len"]),
             batch=int(entry["batch"]),
+            params=entry.get("params"),
         )
     path = Path(name_or_path).expanduser()
     if path.is_dir():

@@ -49,9 +49,12 @@ class LlmbenchSession:
         return self._ctx is not None
 
     def shutdown(self) -> None:
+        """Leave together: torchrun kills the other ranks as soon as one exits with an error,
+        so no rank may exit before rank 0 has saved and printed everything."""
         if self._ctx is not None:
             from .worker import dist
 
+            dist.barrier(self._ctx)
             dist.shutdown(self._ctx)
             self._ctx = None
 

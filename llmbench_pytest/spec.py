@@ -164,7 +164,7 @@ class RunSpec:
     """Options later workloads add (kept out of equality so RunSpecs stay comparable)."""
 
     def __post_init__(self) -> None:
-        info, _ = parse_strategy(self.name)
+        parse_strategy(self.name)
         for name in ("seq_len", "per_device_batch", "grad_accum", "steps", "world_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -175,9 +175,6 @@ class RunSpec:
             raise SpecError(f"dtype must be one of {', '.join(DTYPES)}; got {self.dtype!r}.")
         if self.offload == "nvme" and not self.nvme_path:
             raise SpecError(f"{self.name} needs a directory: pass --llmbench-nvme-path=/path/on/nvme.")
-        if self.dtype == "fp16" and info.family == "fsdp":
-            # FSDP2 has no loss scaler that works with sharded fp16 gradients here; bf16 needs none.
-            raise SpecError(f"{self.name} runs bf16 or fp32, not fp16: pass --llmbench-dtype=bf16.")
 
     @property
     def name(self) -> str:

@@ -74,10 +74,17 @@ def init(env: RankEnv, device_kind: str, timeout_s: float) -> DistContext:
             # a one-rank group needs no rendezvous: an in-process store is enough
             dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
         created = True
-    control = dist.new_group(backend="gloo", timeout=timeout)
+    # the control group waits for ranks that are themselves waiting out a training collective's
+    # timeout, so it must outlast that timeout, or a rank would give up on its peers first
+    control = dist.new_group(backend="gloo", timeout=timeout * 2 + datetime.timedelta(seconds=60))
     return DistContext(
         env=env, device=device, backend=backend, control=control, timeout_s=timeout_s, created=created
     )
+
+
+def barrier(ctx: DistContext) -> None:
+    if ctx.world_size > 1:
+        dist.barrier(group=ctx.control)
 
 
 def shutdown(ctx: DistContext) -> None:

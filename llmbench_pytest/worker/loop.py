@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..spec import RunSpec
+from .faults import maybe_inject
 from .memory import PeakMemory, census_bytes
 from .strategies import Strategy
 from .timing import StepClock
@@ -61,7 +62,12 @@ def _backward(strategy: Strategy, feed: _Feed, accum: int) -> torch.Tensor:
 
 
 def timed_loop(
-    strategy: Strategy, batches: list[torch.Tensor], spec: RunSpec, device: torch.device, log: logging.Logger
+    strategy: Strategy,
+    batches: list[torch.Tensor],
+    spec: RunSpec,
+    device: torch.device,
+    log: logging.Logger,
+    rank: int = 0,
 ) -> LoopSamples:
     accum = spec.grad_accum
     feed = _Feed(batches, device)
@@ -82,6 +88,8 @@ def timed_loop(
     started = time.perf_counter()
     clock.start_window()
     for i in range(spec.steps):
+        if i == 0:
+            maybe_inject(spec, rank)
         clock.begin()
         loss = _backward(strategy, feed, accum)
         strategy.optimizer_step()

@@ -74,7 +74,7 @@ def run_benchmark(spec: RunSpec, ctx: DistContext, log: logging.Logger, repo_dir
         )
         setup_s = time.perf_counter() - started
         log.info("%s ready in %.1f s", spec.name, setup_s)
-        samples = timed_loop(strategy, batches, spec, ctx.device, log)
+        samples = timed_loop(strategy, batches, spec, ctx.device, log, ctx.rank)
     except Exception as exc:
         status, error = classify(exc), f"rank {ctx.rank}: {_describe_error(exc)}"
         log.error("%s failed (%s): %s", spec.name, status, error)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from ...spec import RunSpec
 from ..dist import DistContext
@@ -38,16 +39,24 @@ class FSDPStrategy:
         self.units = len(blocks) + 1
         self.model = module
         self.optimizer = adamw(module.parameters(), spec, ctx.device)
+        # fp16 needs loss scaling; the sharded scaler all-reduces "found inf" so that every rank
+        # skips the same steps (each rank only sees its own gradient shard)
+        self.scaler = ShardedGradScaler(ctx.device.type) if spec.dtype == "fp16" else None
 
     def micro_step(self, input_ids: torch.Tensor, last: bool) -> torch.Tensor:
         # accumulation micro-steps keep unsharded gradients locally and reduce-scatter once
         self.model.set_requires_gradient_sync(last)
         loss = self.built.loss(self.model, input_ids)
-        (loss / self.spec.grad_accum).backward()
+        scaled = loss / self.spec.grad_accum
+        (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         return loss.detach()
 
     def optimizer_step(self) -> None:
-        self.optimizer.step()
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
     def describe(self) -> dict[str, Any]:
@@ -58,6 +67,7 @@ class FSDPStrategy:
             "mixed_precision": f"param {self.spec.dtype}, reduce fp32, fp32 master weights"
             if self.spec.dtype != "fp32"
             else "none",
+            "loss_scaling": "ShardedGradScaler" if self.scaler else None,
             "optimizer": optimizer_kind(self.device),
         }
 

@@ -1,0 +1,40 @@
+"""Runs inside each rank: a test-only switch that makes a chosen run fail in a chosen way.
+
+LLMBENCH_INJECT_FAULT="<strategy>:<kind>[:<rank>]" (kind: oom, error, hang, exit) makes the
+first measured step of that strategy raise an out-of-memory error, raise a runtime error, sleep
+forever, or kill the process, on the given rank (all ranks when omitted). The fault is raised
+inside the real training step, so what follows (status, result.json, the agreement between
+ranks, the session going on) is the path a real failure takes. Unset, it costs one dict lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from ..spec import RunSpec
+
+ENV = "LLMBENCH_INJECT_FAULT"
+KINDS = ("oom", "error", "hang", "exit")
+
+
+def maybe_inject(spec: RunSpec, rank: int) -> None:
+    raw = os.environ.get(ENV)
+    if not raw:
+        return
+    parts = raw.split(":")
+    if len(parts) not in (2, 3) or parts[1] not in KINDS:
+        raise ValueError(f"{ENV}={raw!r}: expected <strategy>:<{'|'.join(KINDS)}>[:<rank>]")
+    if parts[0] != spec.name or (len(parts) == 3 and int(parts[2]) != rank):
+        return
+    kind = parts[1]
+    if kind == "oom":
+        raise torch.OutOfMemoryError(f"out of memory (injected by {ENV}={raw})")
+    if kind == "error":
+        raise RuntimeError(f"injected failure ({ENV}={raw})")
+    if kind == "hang":
+        while True:
+            time.sleep(3600)
+    os._exit(13)

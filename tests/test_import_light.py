@@ -1,0 +1,21 @@
+"""The module pytest loads at start-up must not import torch (seconds of start-up for every
+pytest run in the environment, benchmarks or not)."""
+
+import subprocess
+import sys
+
+
+def test_plugin_entry_point_imports_no_heavy_modules():
+    code = (
+        "import sys, llmbench_pytest.plugin\n"
+        "heavy = [m for m in ('torch', 'transformers', 'deepspeed', 'matplotlib', 'numpy') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"plugin start-up imported: {out.stdout.strip()}"
+
+
+def test_plugin_is_registered_through_pytest11(pytester):
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines(["*llmbench: distributed LLM training benchmarks*", "*--llmbench-strategies=NAMES*"])

@@ -1,0 +1,85 @@
+"""result.json: seed 000's fields first, atomic writes, no run overwritten, bad files named."""
+
+import json
+
+import pytest
+
+from llmbench_pytest.measurement import Measurement
+from llmbench_pytest.results import SEED_FIELDS, build_result, claim_run_paths, read_result, write_json_atomic
+from llmbench_pytest.spec import RunSpec
+
+SPEC = RunSpec(strategy="zero2", model="llama-tiny", seq_len=128, per_device_batch=2, grad_accum=2, steps=4,
+               warmup=1, dtype="fp32", world_size=2)
+
+
+def measured(**kw):
+    base = dict(
+        status="ok",
+        step_times=[0.5, 0.5, 0.6, 0.4],
+        losses=[8.0, 7.5, 7.0, 6.5],
+        window_s=2.0,
+        timing_method="perf_counter",
+        per_rank=[{"rank": 0, "status": "ok", "census_bytes": 2e8, "peak_rss_bytes": 1e9},
+                  {"rank": 1, "status": "ok", "census_bytes": 3e8, "peak_rss_bytes": 2e9}],
+        model={"name": "llama-tiny", "params": 5_000_000, "flops_per_token": 3e7},
+        env={"device": "cpu"},
+    )
+    base.update(kw)
+    return Measurement(**base)
+
+
+def test_seed_fields_come_first_in_the_seeds_order():
+    result = build_result(SPEC, measured(), {})
+    assert tuple(result)[: len(SEED_FIELDS)] == SEED_FIELDS
+
+
+def test_throughput_counts_every_rank_and_micro_batch():
+    result = build_result(SPEC, measured(), {})
+    assert result["tokens_per_sec"] == pytest.approx(2 * 2 * 2 * 128 / 0.5)
+    assert result["samples_per_sec"] == pytest.approx(8 / 0.5)
+    assert result["step_time_median_sec"] == pytest.approx(0.5)
+    assert result["first_loss"] == 8.0 and result["last_loss"] == 6.5
+    assert result["model_state_gb"] == pytest.approx(0.3)  # the fullest rank
+    assert result["peak_vram_gb"] is None  # no GPU: nothing claimed
+    assert result["mfu"] is None and "no GPU" in result["mfu_reason"]
+
+
+def test_unknown_gpu_gets_no_mfu_and_says_why():
+    m = measured(env={"device": "cuda", "gpu_name": "Mystery GPU 9000"})
+    result = build_result(SPEC.replace(device="cuda"), m, {})
+    assert result["mfu"] is None
+    assert "no fp32 peak for GPU 'Mystery GPU 9000'" in result["mfu_reason"]
+    assert result["tflops_per_gpu"] > 0
+    overridden = build_result(SPEC.replace(device="cuda"), m, {}, peak_tflops_override=100.0)
+    assert overridden["mfu"] == pytest.approx(overridden["tflops_per_gpu"] / 100.0)
+
+
+def test_failed_run_keeps_its_status_and_message():
+    result = build_result(SPEC, Measurement(status="oom", error="rank 1: CUDA out of memory"), {})
+    assert result["status"] == "oom" and result["error"].startswith("rank 1")
+    assert result["tokens_per_sec"] is None and result["steps"] == 0
+    json.dumps(result, allow_nan=False)  # still valid JSON
+
+
+def test_a_second_run_never_overwrites_the_first(tmp_path):
+    first = claim_run_paths(tmp_path, SPEC, host="node1")
+    second = claim_run_paths(tmp_path, SPEC, host="node1")
+    assert first.result == tmp_path / "bench-node1-zero2-ws2-seq128_results" / "result.json"
+    assert first.log == tmp_path / "bench-node1-zero2-ws2-seq128.log"
+    assert second.directory.name == "bench-node1-zero2-ws2-seq128-r2_results"
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path):
+    target = tmp_path / "result.json"
+    write_json_atomic(target, {"strategy": "ddp"})
+    with pytest.raises(ValueError):
+        write_json_atomic(target, {"strategy": float("nan")})  # refused before anything is replaced
+    assert json.loads(target.read_text()) == {"strategy": "ddp"}
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+def test_corrupt_or_truncated_result_is_named(tmp_path):
+    bad = tmp_path / "result.json"
+    bad.write_text('{"strategy": "ddp", "tokens_per')
+    with pytest.raises(ValueError, match=rf"{bad}: not a readable result file"):
+        read_result(bad)

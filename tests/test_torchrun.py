@@ -1,0 +1,96 @@
+"""In-rank mode: `torchrun --nproc_per_node=2 -m pytest benchmarks/`, real gloo groups on CPU.
+
+Every rank runs pytest; rank 0 alone prints and writes; the ranks agree on collection and on
+every outcome, so a skip or failure on one rank can neither deadlock nor go unreported.
+"""
+
+import json
+
+from conftest import LOOSE_CV, torchrun
+from llmbench_pytest.spec import DEFAULT_STRATEGIES
+
+
+def test_every_strategy_trains_on_two_ranks_and_shards(bench):
+    result = torchrun(bench, 2, "benchmarks", LOOSE_CV, "--junitxml=junit.xml", "--benchmark-json=bench.json", "-rA")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    out = result.stdout.str()
+    assert out.count("9 passed, 1 skipped") == 1  # only rank 0 prints its summary
+
+    files = sorted(bench.path.glob("results/*_results/result.json"))
+    runs = {json.loads(p.read_text())["strategy"]: json.loads(p.read_text()) for p in files}
+    assert len(files) == len(runs) == len(DEFAULT_STRATEGIES) - 1  # one writer: no second copies
+    for name, run in runs.items():
+        assert run["status"] == "ok", name
+        assert run["world_size"] == 2 and run["nodes"] == 1 and run["ranks_per_node"] == 2
+        assert [r["rank"] for r in run["per_rank"]] == [0, 1]
+    # memory per rank follows the sharding, checked by the suite itself and recorded
+    sharding = {name: next(c for c in run["checks"] if c["name"] == "sharding_order") for name, run in runs.items()}
+    for name in ("fsdp", "fsdp_grad_op", "zero1", "zero2", "zero3"):
+        assert sharding[name]["passed"] is True, sharding[name]
+    states = {name: run["model_state_gb"] for name, run in runs.items()}
+    assert states["zero3"] < states["zero2"] <= states["zero1"] < states["ddp"]
+    assert states["fsdp"] < states["ddp"]
+    assert (bench.path / "junit.xml").read_text().count("<testcase") == len(DEFAULT_STRATEGIES)
+    assert len(json.loads((bench.path / "bench.json").read_text())["benchmarks"]) == len(DEFAULT_STRATEGIES) - 1
+
+
+AGREEMENT = """
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+RANK = int(os.environ["RANK"])
+
+
+@pytest.fixture
+def needs_a_thing():
+    if RANK == 1:
+        pytest.skip("rank 1 has no thing")
+
+
+def test_collective_after_a_skip_on_one_rank(needs_a_thing):
+    t = torch.ones(1)
+    dist.all_reduce(t)  # would wait forever on rank 0 if rank 1 had silently skipped
+
+
+def test_fails_on_rank_1_only():
+    assert RANK != 1, "rank 1 is broken"
+
+
+def test_session_goes_on():
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == 2
+"""
+
+
+def test_ranks_agree_on_every_outcome(bench):
+    bench.makepyfile(test_agree=AGREEMENT)
+    result = torchrun(bench, 2, "test_agree.py", "-rA", "-p", "no:cacheprovider", timeout=180)
+    result.stdout.fnmatch_lines(
+        [
+            "*PASSED test_agree.py::test_session_goes_on*",
+            "SKIPPED * rank 1 skipped: rank 1 has no thing",
+            "*FAILED test_agree.py::test_fails_on_rank_1_only*",
+            "*1 failed, 1 passed, 1 skipped*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*rank 1 failed in call (rank 0 did not)*", "*rank 1 is broken*"])
+
+
+def test_ranks_that_collect_different_tests_stop_with_an_error(bench):
+    bench.makepyfile(
+        test_two="def test_a(): pass\ndef test_b(): pass\n",
+        conftest="""
+        import os
+
+        def pytest_collection_modifyitems(items):
+            if os.environ.get("RANK") == "1":
+                del items[-1]
+        """,
+    )
+    result = torchrun(bench, 2, "test_two.py", timeout=180)
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*ranks collected different tests (rank 0: 2 tests, rank 1: 1 tests)*"])
