@@ -52,7 +52,9 @@ def check_memory(result: Mapping[str, Any], limit_gb: float | None) -> CheckOutc
         per_rank = [r.get("device_total_gb") for r in result.get("per_rank", []) if r.get("device_total_gb")]
         limit_gb = min(per_rank) if per_rank else None
     if limit_gb is None:
-        return CheckOutcome(name, None, f"{what} {peak:.3f} GB; no limit set (--llmbench-vram-limit-gb)", peak)
+        return CheckOutcome(
+            name, None, f"{what} {peak:.3f} GB; no limit set (--llmbench-vram-limit-gb)", peak
+        )
     if peak <= limit_gb:
         return CheckOutcome(name, True, f"{what} {peak:.3f} GB <= limit {limit_gb:.3f} GB", peak, limit_gb)
     return CheckOutcome(
@@ -97,7 +99,9 @@ def check_loss_falls(result: Mapping[str, Any]) -> CheckOutcome:
     if len(losses) < 2:
         return CheckOutcome(name, None, f"{len(losses)} measured step(s): need 2 or more to see a trend")
     first, last = third_means(losses)
-    detail = f"mean loss of the first third {first:.4f}, of the last third {last:.4f} over {len(losses)} steps"
+    detail = (
+        f"mean loss of the first third {first:.4f}, of the last third {last:.4f} over {len(losses)} steps"
+    )
     if last < first:
         return CheckOutcome(name, True, f"loss falls: {detail}", last, first)
     return CheckOutcome(

@@ -19,7 +19,15 @@ from typing import Any
 import pytest
 
 from . import checks, recording
-from .results import RunPaths, RunResult, build_result, claim_run_paths, now_iso, placeholder, write_json_atomic
+from .results import (
+    RunPaths,
+    RunResult,
+    build_result,
+    claim_run_paths,
+    now_iso,
+    placeholder,
+    write_json_atomic,
+)
 from .session import LlmbenchSession
 from .spec import RunSpec
 
@@ -27,7 +35,9 @@ log = logging.getLogger("llmbench")
 
 
 class LlmbenchFixture:
-    def __init__(self, request: pytest.FixtureRequest, benchmark: Any, session: LlmbenchSession, spec: RunSpec):
+    def __init__(
+        self, request: pytest.FixtureRequest, benchmark: Any, session: LlmbenchSession, spec: RunSpec
+    ):
         self.request = request
         self.benchmark = benchmark
         self.session = session
@@ -130,5 +140,7 @@ class LlmbenchFixture:
         self.benchmark.extra_info["checks_failed"] = [o.name for o in outcomes if o.passed is False]
         failed = [o for o in outcomes if o.passed is False]
         if failed:
-            raise AssertionError("validation failed:\n" + "\n".join(f"- {o.name}: {o.message}" for o in failed))
+            raise AssertionError(
+                "validation failed:\n" + "\n".join(f"- {o.name}: {o.message}" for o in failed)
+            )
         return outcomes

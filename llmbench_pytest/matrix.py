@@ -43,7 +43,8 @@ def build_matrix(opts: SessionOptions, hw: Hardware, world_size: int) -> list[Ma
         if limit is not None and seq > limit:
             raise SpecError(
                 f"sequence length {seq} is longer than {preset.name} allows ({limit} positions): "
-                f"pass --llmbench-seq-lens={min(limit, preset.seq_len)} or pick a model with a longer context."
+                f"pass --llmbench-seq-lens={min(limit, preset.seq_len)} "
+                "or pick a model with a longer context."
             )
     if opts.nvme_path is not None and not os.path.isdir(opts.nvme_path):
         raise SpecError(
@@ -51,7 +52,9 @@ def build_matrix(opts: SessionOptions, hw: Hardware, world_size: int) -> list[Ma
             f"(mkdir -p {opts.nvme_path}) or point it at a directory on an NVMe drive."
         )
     cuda = hw.device == "cuda"
-    dtype = opts.dtype if opts.dtype != "auto" else ("bf16" if cuda and hw.bf16 else "fp16" if cuda else "fp32")
+    dtype = (
+        opts.dtype if opts.dtype != "auto" else ("bf16" if cuda and hw.bf16 else "fp16" if cuda else "fp32")
+    )
     steps = opts.steps or (GPU_STEPS if cuda else CPU_STEPS)
     warmup = opts.warmup if opts.warmup is not None else (GPU_WARMUP if cuda else CPU_WARMUP)
 
@@ -62,7 +65,9 @@ def build_matrix(opts: SessionOptions, hw: Hardware, world_size: int) -> list[Ma
             test_id = f"{name}-ws{world_size}-seq{seq}-{preset.name}"
             if offload == "nvme" and not opts.nvme_path:
                 entries.append(
-                    MatrixEntry(test_id, None, f"{name} needs a directory on NVMe: pass --llmbench-nvme-path=DIR")
+                    MatrixEntry(
+                        test_id, None, f"{name} needs a directory on NVMe: pass --llmbench-nvme-path=DIR"
+                    )
                 )
                 continue
             try:
@@ -91,4 +96,3 @@ def build_matrix(opts: SessionOptions, hw: Hardware, world_size: int) -> list[Ma
                 continue
             entries.append(MatrixEntry(test_id, spec))
     return entries
-

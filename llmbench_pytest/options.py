@@ -161,9 +161,7 @@ SETTINGS: tuple[Setting, ...] = (
         "DTYPE",
     ),
     Setting("grad_ckpt", "activation checkpointing: recompute activations in backward.", _bool, flag=True),
-    Setting(
-        "results_dir", "where result.json files and logs go (default: results).", _path, "DIR"
-    ),
+    Setting("results_dir", "where result.json files and logs go (default: results).", _path, "DIR"),
     Setting(
         "vram_limit_gb",
         "peak memory limit for the memory check, in GB (default: the device's memory).",
@@ -176,14 +174,21 @@ SETTINGS: tuple[Setting, ...] = (
         _fraction,
         "CV",
     ),
-    Setting("nvme_path", "directory on NVMe for zero3_nvme (that strategy is skipped without it).", _path, "DIR"),
+    Setting(
+        "nvme_path", "directory on NVMe for zero3_nvme (that strategy is skipped without it).", _path, "DIR"
+    ),
     Setting(
         "timeout",
         "seconds any collective may wait before the run fails instead of hanging (default: 600).",
         _positive_float,
         "SECONDS",
     ),
-    Setting("device", "where to train: auto, cpu or cuda (default: auto).", _choice("auto", "cpu", "cuda"), "DEVICE"),
+    Setting(
+        "device",
+        "where to train: auto, cpu or cuda (default: auto).",
+        _choice("auto", "cpu", "cuda"),
+        "DEVICE",
+    ),
     Setting(
         "tier",
         "resource tier from fixtures/tiers.toml: auto, A (standard) or B (high-memory) (default: auto).",
@@ -232,9 +237,7 @@ class SessionOptions:
         for key, raw in values.items():
             setting = BY_NAME.get(key)
             if setting is None:
-                raise SpecError(
-                    f"{origin}: unknown llmbench setting {key!r}; known: {', '.join(BY_NAME)}"
-                )
+                raise SpecError(f"{origin}: unknown llmbench setting {key!r}; known: {', '.join(BY_NAME)}")
             try:
                 parsed[key] = setting.parse(raw)
             except SpecError as exc:

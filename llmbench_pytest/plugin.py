@@ -83,7 +83,13 @@ def _no_writes_on_this_rank(config: pytest.Config) -> None:
     opt = config.option
     if hasattr(opt, "benchmark_autosave"):
         opt.benchmark_autosave = False
-    for name in ("benchmark_save", "benchmark_json", "benchmark_histogram", "benchmark_cprofile_dump", "xmlpath"):
+    for name in (
+        "benchmark_save",
+        "benchmark_json",
+        "benchmark_histogram",
+        "benchmark_cprofile_dump",
+        "xmlpath",
+    ):
         if getattr(opt, name, None):
             setattr(opt, name, None)
 
@@ -102,7 +108,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         if reporter is not None and hasattr(reporter, "_tw"):
             from _pytest.config import create_terminal_writer
 
-            reporter._tw = create_terminal_writer(config, file=open(os.devnull, "w"))  # noqa: SIM115
+            reporter._tw = create_terminal_writer(config, file=open(os.devnull, "w"))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

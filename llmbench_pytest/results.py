@@ -141,7 +141,9 @@ def build_result(
     peak_alloc = _max_rank(m.per_rank, "peak_allocated_bytes")
     peak_reserved = _max_rank(m.per_rank, "peak_reserved_bytes")
     h2d = _max_rank(m.per_rank, "h2d_bytes")
-    h2d_gbps = (h2d / GB) / m.window_s if (ok and device == "cuda" and h2d is not None and m.window_s) else None
+    h2d_gbps = (
+        (h2d / GB) / m.window_s if (ok and device == "cuda" and h2d is not None and m.window_s) else None
+    )
 
     flops_per_token = m.model.get("flops_per_token")
     tflops = (
@@ -151,7 +153,11 @@ def build_result(
     )
     mfu_value, peak_info, mfu_reason = None, None, None
     if peak_tflops_override:
-        peak_info = {"name": env.get("gpu_name"), "tflops": peak_tflops_override, "source": "--llmbench-peak-tflops"}
+        peak_info = {
+            "name": env.get("gpu_name"),
+            "tflops": peak_tflops_override,
+            "source": "--llmbench-peak-tflops",
+        }
     elif device == "cuda" and env.get("gpu_name"):
         peak = gpu_peak(env["gpu_name"], spec.dtype)
         if peak:

@@ -74,8 +74,19 @@ class LlmbenchSession:
 
         device = torch.device("cuda" if self.hardware().device == "cuda" else "cpu")
         info = env_info.collect(device, str(self.config.rootpath))
-        keep = ("device", "gpu_name", "gpu_count", "gpu_memory_gb", "driver", "torch", "cuda", "nccl",
-                "deepspeed", "transformers", "llmbench")
+        keep = (
+            "device",
+            "gpu_name",
+            "gpu_count",
+            "gpu_memory_gb",
+            "driver",
+            "torch",
+            "cuda",
+            "nccl",
+            "deepspeed",
+            "transformers",
+            "llmbench",
+        )
         out = {k: info.get(k) for k in keep}
         out["world_size"] = self.world_size
         return out

@@ -5,18 +5,29 @@ import pytest
 from conftest import torchrun
 
 CASES = [
-    (["--llmbench-strategies=zero4"], "*--llmbench-strategies: unknown strategy 'zero4': choose from ddp, fsdp*"),
-    (["--llmbench-strategies=ddp_offload"], "*ddp cannot offload to CPU. Strategies that can: zero1_offload*"),
+    (
+        ["--llmbench-strategies=zero4"],
+        "*--llmbench-strategies: unknown strategy 'zero4': choose from ddp, fsdp*",
+    ),
+    (
+        ["--llmbench-strategies=ddp_offload"],
+        "*ddp cannot offload to CPU. Strategies that can: zero1_offload*",
+    ),
     (["--llmbench-model=llama-9b"], "*unknown model 'llama-9b': choose a preset (llama-tiny*"),
     (["--llmbench-steps=0"], "*--llmbench-steps: must be 1 or more; got 0*"),
     (["--llmbench-batch=-2"], "*--llmbench-batch: must be 1 or more; got -2*"),
     (["--llmbench-seq-lens=4096"], "*sequence length 4096 is longer than llama-tiny allows (512 positions)*"),
-    (["--llmbench-nvme-path=/no/such/dir"], "*--llmbench-nvme-path '/no/such/dir' is not a directory: create it*"),
+    (
+        ["--llmbench-nvme-path=/no/such/dir"],
+        "*--llmbench-nvme-path '/no/such/dir' is not a directory: create it*",
+    ),
     (["--llmbench-device=tpu"], "*--llmbench-device: must be one of auto, cpu, cuda; got 'tpu'*"),
 ]
 
 
-@pytest.mark.parametrize(("args", "line"), CASES, ids=[c[0][0].split("=")[0][11:] + "-" + c[0][0].split("=")[1] for c in CASES])
+@pytest.mark.parametrize(
+    ("args", "line"), CASES, ids=[c[0][0].split("=")[0][11:] + "-" + c[0][0].split("=")[1] for c in CASES]
+)
 def test_bad_option_is_one_clear_error(bench, args, line):
     result = bench.runpytest_subprocess("benchmarks", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -43,11 +54,12 @@ def test_bad_marker_setting_names_the_test(bench):
     )
     result = bench.runpytest_subprocess("test_marked.py")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*@pytest.mark.llmbench on test_marked.py::test_marked: unknown llmbench setting 'stpes'*"])
+    result.stderr.fnmatch_lines(
+        ["*@pytest.mark.llmbench on test_marked.py::test_marked: unknown llmbench setting 'stpes'*"]
+    )
 
 
 def test_xdist_under_torchrun_is_refused(bench):
     result = torchrun(bench, 1, "benchmarks", "-n", "2", timeout=120)
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*-n (pytest-xdist) cannot run under torchrun*Drop -n (or pass -n0)*"])
-

@@ -5,10 +5,20 @@ from llmbench_pytest.checks import check_loss_falls, check_memory, check_shardin
 
 def result(**kw):
     base = {
-        "strategy": "zero2", "world_size": 2, "offload": "none", "device": "cuda", "steps": 4,
-        "mean_step_time_sec": 1.0, "step_time_std_sec": 0.05, "step_time_min_sec": 0.95,
-        "step_time_max_sec": 1.1, "step_time_cv": 0.05, "losses": [8.0, 7.0, 6.0],
-        "peak_reserved_gb": 20.0, "model_state_gb": 10.0, "per_rank": [{"device_total_gb": 80.0}],
+        "strategy": "zero2",
+        "world_size": 2,
+        "offload": "none",
+        "device": "cuda",
+        "steps": 4,
+        "mean_step_time_sec": 1.0,
+        "step_time_std_sec": 0.05,
+        "step_time_min_sec": 0.95,
+        "step_time_max_sec": 1.1,
+        "step_time_cv": 0.05,
+        "losses": [8.0, 7.0, 6.0],
+        "peak_reserved_gb": 20.0,
+        "model_state_gb": 10.0,
+        "per_rank": [{"device_total_gb": 80.0}],
     }
     base.update(kw)
     return base
@@ -41,10 +51,16 @@ def test_loss_must_fall():
 
 
 def test_sharding_order_holds_and_breaks():
-    peers = {"zero1": result(strategy="zero1", model_state_gb=12.0), "zero3": result(strategy="zero3", model_state_gb=8.0)}
+    peers = {
+        "zero1": result(strategy="zero1", model_state_gb=12.0),
+        "zero3": result(strategy="zero3", model_state_gb=8.0),
+    }
     ok = check_sharding(result(model_state_gb=10.0), peers)
     assert ok.passed is True
-    assert "zero3 8.0000 GB < zero2 10.0000 GB" in ok.message and "zero2 10.0000 GB <= zero1 12.0000 GB" in ok.message
+    assert (
+        "zero3 8.0000 GB < zero2 10.0000 GB" in ok.message
+        and "zero2 10.0000 GB <= zero1 12.0000 GB" in ok.message
+    )
     bad = check_sharding(result(model_state_gb=13.0), peers)
     assert bad.passed is False and "zero2 13.0000 GB <= zero1 12.0000 GB" in bad.message
 

@@ -44,8 +44,9 @@ def test_oom_on_one_rank_fails_the_test_on_every_rank_within_the_timeout(bench, 
     # rank 1 fails before its first measured step while rank 0 waits in DDP's all-reduce:
     # the collective timeout ends the wait, and both ranks report rank 1's out-of-memory
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:oom:1")
-    result = torchrun(bench, 2, "benchmarks", LOOSE_CV, "--llmbench-strategies=ddp", "--llmbench-timeout=15",
-                      timeout=240)
+    result = torchrun(
+        bench, 2, "benchmarks", LOOSE_CV, "--llmbench-strategies=ddp", "--llmbench-timeout=15", timeout=240
+    )
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*Failed: ddp oom: rank 1: torch.OutOfMemoryError*", "*1 failed*"])
     ddp = result_of(bench, "ddp", ws=2)

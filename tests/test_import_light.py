@@ -8,7 +8,8 @@ import sys
 def test_plugin_entry_point_imports_no_heavy_modules():
     code = (
         "import sys, llmbench_pytest.plugin\n"
-        "heavy = [m for m in ('torch', 'transformers', 'deepspeed', 'matplotlib', 'numpy') if m in sys.modules]\n"
+        "names = ('torch', 'transformers', 'deepspeed', 'matplotlib', 'numpy')\n"
+        "heavy = [m for m in names if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -18,4 +19,6 @@ def test_plugin_entry_point_imports_no_heavy_modules():
 def test_plugin_is_registered_through_pytest11(pytester):
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest_subprocess("--help")
-    result.stdout.fnmatch_lines(["*llmbench: distributed LLM training benchmarks*", "*--llmbench-strategies=NAMES*"])
+    result.stdout.fnmatch_lines(
+        ["*llmbench: distributed LLM training benchmarks*", "*--llmbench-strategies=NAMES*"]
+    )

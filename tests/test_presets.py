@@ -22,7 +22,9 @@ def test_preset_builds_its_recorded_parameter_count(name):
 
 
 def test_llama_sizes_are_what_their_names_say():
-    sizes = {n: resolve_model(n).params for n in ("llama-125m", "llama-350m", "llama-1b", "llama-3b", "llama-7b")}
+    sizes = {
+        n: resolve_model(n).params for n in ("llama-125m", "llama-350m", "llama-1b", "llama-3b", "llama-7b")
+    }
     assert sizes["llama-125m"] == pytest.approx(125e6, rel=0.1)
     assert sizes["llama-350m"] == pytest.approx(350e6, rel=0.1)
     assert sizes["llama-1b"] == pytest.approx(1e9, rel=0.1)
@@ -31,15 +33,23 @@ def test_llama_sizes_are_what_their_names_say():
 
 
 def test_unknown_model_is_refused_with_the_choices():
-    with pytest.raises(SpecError, match=r"unknown model 'llama-9b': choose a preset \(llama-tiny, .*nothing is downloaded"):
+    with pytest.raises(
+        SpecError, match=r"unknown model 'llama-9b': choose a preset \(llama-tiny, .*nothing is downloaded"
+    ):
         resolve_model("llama-9b")
 
 
 def test_local_config_file_and_directory(tmp_path):
     from transformers import LlamaConfig
 
-    LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                vocab_size=256, max_position_embeddings=64).save_pretrained(tmp_path)
+    LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        vocab_size=256,
+        max_position_embeddings=64,
+    ).save_pretrained(tmp_path)
     by_dir = resolve_model(str(tmp_path))
     by_file = resolve_model(str(tmp_path / "config.json"))
     assert by_dir.config == by_file.config

@@ -8,8 +8,17 @@ from llmbench_pytest.measurement import Measurement
 from llmbench_pytest.results import SEED_FIELDS, build_result, claim_run_paths, read_result, write_json_atomic
 from llmbench_pytest.spec import RunSpec
 
-SPEC = RunSpec(strategy="zero2", model="llama-tiny", seq_len=128, per_device_batch=2, grad_accum=2, steps=4,
-               warmup=1, dtype="fp32", world_size=2)
+SPEC = RunSpec(
+    strategy="zero2",
+    model="llama-tiny",
+    seq_len=128,
+    per_device_batch=2,
+    grad_accum=2,
+    steps=4,
+    warmup=1,
+    dtype="fp32",
+    world_size=2,
+)
 
 
 def measured(**kw):
@@ -19,8 +28,10 @@ def measured(**kw):
         losses=[8.0, 7.5, 7.0, 6.5],
         window_s=2.0,
         timing_method="perf_counter",
-        per_rank=[{"rank": 0, "status": "ok", "census_bytes": 2e8, "peak_rss_bytes": 1e9},
-                  {"rank": 1, "status": "ok", "census_bytes": 3e8, "peak_rss_bytes": 2e9}],
+        per_rank=[
+            {"rank": 0, "status": "ok", "census_bytes": 2e8, "peak_rss_bytes": 1e9},
+            {"rank": 1, "status": "ok", "census_bytes": 3e8, "peak_rss_bytes": 2e9},
+        ],
         model={"name": "llama-tiny", "params": 5_000_000, "flops_per_token": 3e7},
         env={"device": "cpu"},
     )

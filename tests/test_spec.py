@@ -7,7 +7,9 @@ from llmbench_pytest.spec import DEFAULT_STRATEGIES, RunSpec, SpecError, parse_s
 
 
 def spec(**kw):
-    base = dict(strategy="ddp", model="llama-tiny", seq_len=128, per_device_batch=2, steps=3, warmup=1, dtype="fp32")
+    base = dict(
+        strategy="ddp", model="llama-tiny", seq_len=128, per_device_batch=2, steps=3, warmup=1, dtype="fp32"
+    )
     base.update(kw)
     return RunSpec(**base)
 

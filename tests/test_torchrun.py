@@ -11,7 +11,9 @@ from llmbench_pytest.spec import DEFAULT_STRATEGIES
 
 
 def test_every_strategy_trains_on_two_ranks_and_shards(bench):
-    result = torchrun(bench, 2, "benchmarks", LOOSE_CV, "--junitxml=junit.xml", "--benchmark-json=bench.json", "-rA")
+    result = torchrun(
+        bench, 2, "benchmarks", LOOSE_CV, "--junitxml=junit.xml", "--benchmark-json=bench.json", "-rA"
+    )
     assert result.ret == 0, result.stdout.str()[-3000:]
     out = result.stdout.str()
     assert out.count("9 passed, 1 skipped") == 1  # only rank 0 prints its summary
@@ -24,14 +26,18 @@ def test_every_strategy_trains_on_two_ranks_and_shards(bench):
         assert run["world_size"] == 2 and run["nodes"] == 1 and run["ranks_per_node"] == 2
         assert [r["rank"] for r in run["per_rank"]] == [0, 1]
     # memory per rank follows the sharding, checked by the suite itself and recorded
-    sharding = {name: next(c for c in run["checks"] if c["name"] == "sharding_order") for name, run in runs.items()}
+    sharding = {
+        name: next(c for c in run["checks"] if c["name"] == "sharding_order") for name, run in runs.items()
+    }
     for name in ("fsdp", "fsdp_grad_op", "zero1", "zero2", "zero3"):
         assert sharding[name]["passed"] is True, sharding[name]
     states = {name: run["model_state_gb"] for name, run in runs.items()}
     assert states["zero3"] < states["zero2"] <= states["zero1"] < states["ddp"]
     assert states["fsdp"] < states["ddp"]
     assert (bench.path / "junit.xml").read_text().count("<testcase") == len(DEFAULT_STRATEGIES)
-    assert len(json.loads((bench.path / "bench.json").read_text())["benchmarks"]) == len(DEFAULT_STRATEGIES) - 1
+    assert (
+        len(json.loads((bench.path / "bench.json").read_text())["benchmarks"]) == len(DEFAULT_STRATEGIES) - 1
+    )
 
 
 AGREEMENT = """

@@ -12,7 +12,10 @@ from llmbench_pytest.spec import DEFAULT_STRATEGIES
 
 
 def results_of(path):
-    return {json.loads(p.read_text())["strategy"]: json.loads(p.read_text()) for p in path.glob("results/*_results/result.json")}
+    return {
+        json.loads(p.read_text())["strategy"]: json.loads(p.read_text())
+        for p in path.glob("results/*_results/result.json")
+    }
 
 
 def test_every_strategy_trains_in_one_process(bench):
@@ -21,7 +24,9 @@ def test_every_strategy_trains_in_one_process(bench):
     )
     result.assert_outcomes(passed=len(DEFAULT_STRATEGIES) - 1, skipped=1)
     result.stdout.fnmatch_lines(["*test_pretrain?zero2-ws1-seq128-llama-tiny? PASSED*"])
-    result.stdout.fnmatch_lines(["*SKIPPED*zero3_nvme needs a directory on NVMe: pass --llmbench-nvme-path=DIR*"])
+    result.stdout.fnmatch_lines(
+        ["*SKIPPED*zero3_nvme needs a directory on NVMe: pass --llmbench-nvme-path=DIR*"]
+    )
 
     runs = results_of(bench.path)
     assert set(runs) == set(DEFAULT_STRATEGIES) - {"zero3_nvme"}
@@ -32,12 +37,19 @@ def test_every_strategy_trains_in_one_process(bench):
         assert run["tokens_per_sec"] == pytest.approx(2 * 128 / run["mean_step_time_sec"])
         assert run["last_loss"] < run["first_loss"], name  # synthetic data is learnable
         assert len(run["step_times_sec"]) == 10
-        assert {c["name"] for c in run["checks"]} == {"peak_memory", "step_time_cv", "loss_falls", "sharding_order"}
+        assert {c["name"] for c in run["checks"]} == {
+            "peak_memory",
+            "step_time_cv",
+            "loss_falls",
+            "sharding_order",
+        }
         assert run["metadata"]["torch"] and run["metadata"]["transformers"]
         log = bench.path / "results" / f"bench-{run['metadata']['host'].split('.')[0]}-{name}-ws1-seq128.log"
         assert "measured 10 steps" in log.read_text()
     assert runs["zero3"]["strategy_config"]["deepspeed_config"]["zero_optimization"]["stage"] == 3
-    assert runs["zero2_offload"]["strategy_config"]["deepspeed_config"]["zero_optimization"]["offload_optimizer"]
+    assert runs["zero2_offload"]["strategy_config"]["deepspeed_config"]["zero_optimization"][
+        "offload_optimizer"
+    ]
     assert runs["fsdp_grad_op"]["strategy_config"]["reshard_after_forward"] is False
 
     # pytest-benchmark holds the measured steps: its own compare command reads our run
@@ -49,9 +61,13 @@ def test_every_strategy_trains_in_one_process(bench):
     assert zero2["stats"]["mean"] == pytest.approx(runs["zero2"]["mean_step_time_sec"])
     assert zero2["extra_info"]["tokens_per_sec"] == pytest.approx(runs["zero2"]["tokens_per_sec"])
     assert data["machine_info"]["llmbench"]["torch"]
-    compare = bench.run(sys.executable, "-m", "pytest_benchmark", "--storage", "file://./store", "compare", "0001")
+    compare = bench.run(
+        sys.executable, "-m", "pytest_benchmark", "--storage", "file://./store", "compare", "0001"
+    )
     assert compare.ret == 0
-    compare.stdout.fnmatch_lines(["*test_pretrain?ddp-ws1-seq128-llama-tiny?*", "*test_pretrain?zero3-ws1-seq128-llama-tiny?*"])
+    compare.stdout.fnmatch_lines(
+        ["*test_pretrain?ddp-ws1-seq128-llama-tiny?*", "*test_pretrain?zero3-ws1-seq128-llama-tiny?*"]
+    )
 
 
 def _rescaled_copy(store, factor, number):
@@ -73,12 +89,16 @@ def test_compare_fail_gates_on_our_step_times(bench):
     _rescaled_copy(store, 0.01, 2)  # a baseline 100x faster than this machine: a regression
     _rescaled_copy(store, 100.0, 3)  # a baseline 100x slower: no regression
 
-    slower = bench.runpytest_subprocess(*args, "--benchmark-compare=0002", "--benchmark-compare-fail=median:5%")
+    slower = bench.runpytest_subprocess(
+        *args, "--benchmark-compare=0002", "--benchmark-compare-fail=median:5%"
+    )
     assert slower.ret != 0
     slower.stdout.fnmatch_lines(["*test_pretrain?ddp-ws1-seq128-llama-tiny? (0002_rescale)*"])
     slower.stderr.fnmatch_lines(["*Performance has regressed*"])
 
-    faster = bench.runpytest_subprocess(*args, "--benchmark-compare=0003", "--benchmark-compare-fail=median:5%")
+    faster = bench.runpytest_subprocess(
+        *args, "--benchmark-compare=0003", "--benchmark-compare-fail=median:5%"
+    )
     assert faster.ret == 0
 
 

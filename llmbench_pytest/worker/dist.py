@@ -72,7 +72,9 @@ def init(env: RankEnv, device_kind: str, timeout_s: float) -> DistContext:
             # DeepSpeed reads LOCAL_RANK from the environment, as torchrun would have set it
             os.environ.setdefault("LOCAL_RANK", "0")
             # a one-rank group needs no rendezvous: an in-process store is enough
-            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+            dist.init_process_group(
+                backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
+            )
         created = True
     # the control group waits for ranks that are themselves waiting out a training collective's
     # timeout, so it must outlast that timeout, or a rank would give up on its peers first

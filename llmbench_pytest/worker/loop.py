@@ -106,7 +106,9 @@ def timed_loop(
     strategy.optimizer_step()
 
     losses = [float(v) for v in torch.stack(step_losses).float().cpu()]
-    log.info("measured %d steps in %.3f s, loss %.4f -> %.4f", spec.steps, clock.window_s, losses[0], losses[-1])
+    log.info(
+        "measured %d steps in %.3f s, loss %.4f -> %.4f", spec.steps, clock.window_s, losses[0], losses[-1]
+    )
     return LoopSamples(
         step_times=clock.durations(),
         losses=losses,

@@ -44,7 +44,9 @@ def _describe_error(exc: BaseException) -> str:
     return text if len(text) < 4000 else text[:4000] + " ...[truncated]"
 
 
-def run_benchmark(spec: RunSpec, ctx: DistContext, log: logging.Logger, repo_dir: str | None = None) -> Measurement:
+def run_benchmark(
+    spec: RunSpec, ctx: DistContext, log: logging.Logger, repo_dir: str | None = None
+) -> Measurement:
     preset = resolve_model(spec.model)
     started = time.perf_counter()
     samples: LoopSamples | None = None

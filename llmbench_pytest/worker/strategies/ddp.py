@@ -19,7 +19,9 @@ class DDPStrategy:
         self.built, self.spec, self.device = built, spec, ctx.device
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         # gradients live in the all-reduce buckets instead of beside them: one copy, not two
-        self.model = DistributedDataParallel(built.module, device_ids=device_ids, gradient_as_bucket_view=True)
+        self.model = DistributedDataParallel(
+            built.module, device_ids=device_ids, gradient_as_bucket_view=True
+        )
         self.optimizer = adamw(self.model.parameters(), spec, ctx.device)
         # fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none
         self.scaler = torch.amp.GradScaler(ctx.device.type) if spec.dtype == "fp16" else None

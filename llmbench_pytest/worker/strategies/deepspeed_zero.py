@@ -89,7 +89,12 @@ def build_config(spec: RunSpec, hidden_size: int, device: torch.device) -> dict[
     elif spec.dtype == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     if spec.offload == "nvme":
-        config["aio"] = {"block_size": 1 << 20, "queue_depth": 8, "single_submit": False, "overlap_events": True}
+        config["aio"] = {
+            "block_size": 1 << 20,
+            "queue_depth": 8,
+            "single_submit": False,
+            "overlap_events": True,
+        }
     return config
 
 
