@@ -171,4 +171,27 @@ def check_sharding(result: Mapping[str, Any], peers: Mapping[str, Mapping[str, A
     return CheckOutcome(name, True, f"model states per rank at world size {ws}: " + "; ".join(compared))
 
 
-CHECKS = ("memory", "step_time_cv", "loss_falls", "sharding")
+def check_repeat_spread(result: Mapping[str, Any], max_spread: float) -> CheckOutcome:
+    """Repeats agree: each repeat's tokens/s within the bound of their mean (seed 001: ±5%)."""
+    name = "repeat_spread"
+    rep = result.get("repeats")
+    if not rep or rep.get("count", 1) < 2:
+        return CheckOutcome(name, None, "one run: pass --llmbench-repeat=N to measure the spread")
+    rates = ", ".join(f"{r:,.1f}" for r in rep["tokens_per_sec"])
+    detail = (
+        f"tokens/s over {rep['count']} repeats: {rates} (mean {rep['tokens_per_sec_mean']:,.1f}, "
+        f"std {rep['tokens_per_sec_std']:,.1f}); largest deviation {rep['max_deviation']:.1%}"
+    )
+    if rep["max_deviation"] <= max_spread:
+        return CheckOutcome(name, True, f"{detail} <= {max_spread:.1%}", rep["max_deviation"], max_spread)
+    return CheckOutcome(
+        name,
+        False,
+        f"{result.get('strategy')}: repeats disagree: {detail} > {max_spread:.1%}. Look for throttling, "
+        "other jobs on the machine or a noisy interconnect; or raise --llmbench-max-repeat-spread.",
+        rep["max_deviation"],
+        max_spread,
+    )
+
+
+CHECKS = ("memory", "step_time_cv", "loss_falls", "sharding", "repeat_spread")

@@ -4,14 +4,17 @@
         result = llmbench.train()      # real training; result.json + pytest-benchmark stats
         llmbench.validate(result)      # the seeds' checks, as assertions with the numbers
 
-Every rank runs the same calls. Only rank 0 writes files; every rank gets the same result,
-so every rank reaches the same verdict.
+How the ranks start depends on the session: under torchrun this process is one of them
+(in-rank); otherwise each configuration runs as its own torchrun group (launcher) or, with
+--llmbench-launch=inprocess, as a one-rank group inside this process. Only rank 0 writes
+files; every rank gets the same result, so every rank reaches the same verdict.
 """
 
 from __future__ import annotations
 
 import logging
 import shlex
+import statistics
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -19,6 +22,8 @@ from typing import Any
 import pytest
 
 from . import checks, recording
+from .launcher import Launch, run_group
+from .measurement import Measurement
 from .results import (
     RunPaths,
     RunResult,
@@ -42,66 +47,96 @@ class LlmbenchFixture:
         self.benchmark = benchmark
         self.session = session
         self.spec = spec
-        self.paths: RunPaths | None = None
         self.result: RunResult | None = None
 
     @property
     def writer(self) -> bool:
         return self.session.env.is_writer
 
-    def _meta(self, started: str) -> dict[str, Any]:
-        env = self.session.env
+    def _meta(self) -> dict[str, Any]:
+        env, mode = self.session.env, self.session.mode
         return {
             "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
             "test": self.request.node.nodeid,
-            "started_at": started,
-            "nodes": env.nnodes,
-            "ranks_per_node": env.local_world_size,
+            "started_at": now_iso(),
+            "mode": mode,
+            "nodes": env.nnodes if mode == "in-rank" else 1,
+            "ranks_per_node": env.local_world_size if mode == "in-rank" else self.spec.world_size,
             "config": {"session": self.session.options.to_dict()},
         }
 
-    def train(self) -> RunResult:
-        """Train this test's configuration; record it; fail the test if the run failed."""
-        __tracebackhide__ = True  # a failed run points at the test's line, not at this helper
+    def _measure(self, paths: RunPaths | None, meta: dict[str, Any]) -> Measurement:
+        """One run of this configuration, by whichever means the session starts ranks."""
+        from_rootdir = str(self.request.config.rootpath)
+        if self.session.mode == "launcher":
+            assert paths is not None
+            launch = Launch(run_dir=paths.directory, log_path=paths.log, world_size=self.spec.world_size)
+            try:
+                return run_group(self.spec, launch, self.session.options.timeout, from_rootdir)
+            finally:
+                meta["launch"] = launch.timings
         from .worker.run import run_benchmark
 
-        ctx = self.session.dist()
-        spec = self.spec
-        started = now_iso()
-        meta = self._meta(started)
         handler = None
-        if self.writer:
-            self.paths = claim_run_paths(self.session.results_dir, spec)
-            self.session.result_paths.append(self.paths.result)
-            write_json_atomic(self.paths.result, placeholder(spec, "running", meta))
-            handler = logging.FileHandler(self.paths.log)
+        if paths is not None:
+            handler = logging.FileHandler(paths.log)
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             log.addHandler(handler)
         log.setLevel(logging.INFO)
         try:
-            log.info("%s: %s", self.request.node.nodeid, spec.to_dict())
-            measurement = run_benchmark(spec, ctx, log, str(self.request.config.rootpath))
-        except BaseException as exc:  # Ctrl-C or SIGTERM: leave a truthful record, then stop
-            if self.writer and self.paths is not None:
-                meta["finished_at"] = now_iso()
-                status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "error"
-                write_json_atomic(self.paths.result, placeholder(spec, status, meta, error=repr(exc)))
-            raise
+            return run_benchmark(self.spec, self.session.dist(), log, from_rootdir)
         finally:
             if handler is not None:
                 log.removeHandler(handler)
                 handler.close()
+
+    def _run_once(self, index: int, count: int) -> RunResult:
+        spec = self.spec
+        meta = self._meta()
+        meta["repeat"] = {"index": index, "count": count}
+        paths = None
+        if self.writer:
+            paths = claim_run_paths(self.session.results_dir, spec)
+            self.session.result_paths.append(paths.result)
+            write_json_atomic(paths.result, placeholder(spec, "running", meta))
+        log.info("%s (run %d of %d): %s", self.request.node.nodeid, index, count, spec.to_dict())
+        try:
+            measurement = self._measure(paths, meta)
+        except BaseException as exc:  # Ctrl-C or SIGTERM: leave a truthful record, then stop
+            if paths is not None:
+                meta["finished_at"] = now_iso()
+                status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "error"
+                write_json_atomic(paths.result, placeholder(spec, status, meta, error=repr(exc)))
+            raise
         meta["finished_at"] = now_iso()
         data = build_result(spec, measurement, meta, self.session.options.peak_tflops)
-        if self.writer and self.paths is not None:
-            write_json_atomic(self.paths.result, data)
-        recording.record(self.benchmark, data, str(self.paths.result) if self.paths else None)
-        self.session.remember(data)
-        self.result = RunResult(data, self.paths)
-        if not measurement.ok:
-            where = f"\nresult: {self.paths.result}" if self.paths else ""
-            pytest.fail(f"{spec.name} {measurement.status}: {measurement.error}{where}")
-        return self.result
+        if paths is not None:
+            write_json_atomic(paths.result, data)
+        return RunResult(data, paths)
+
+    def train(self) -> RunResult:
+        """Train this test's configuration (--llmbench-repeat times); record it; fail if a run failed."""
+        __tracebackhide__ = True  # a failed run points at the test's line, not at this helper
+        count = self.session.options.repeat
+        runs: list[RunResult] = []
+        for index in range(1, count + 1):
+            run = self._run_once(index, count)
+            runs.append(run)
+            if run["status"] != "ok":
+                break
+        result = runs[-1]
+        if count > 1 and result["status"] == "ok":
+            result.data["repeats"] = summarize_repeats(runs)
+            if result.paths is not None:
+                write_json_atomic(result.paths.result, result.data)
+        step_times = [t for run in runs for t in run["step_times_sec"]]
+        recording.record(self.benchmark, {**result.data, "step_times_sec": step_times}, _path(result))
+        self.session.remember(result.data)
+        self.result = result
+        if result["status"] != "ok":
+            where = f"\nresult: {result.path}" if result.path else ""
+            pytest.fail(f"{self.spec.name} {result['status']}: {result['error']}{where}")
+        return result
 
     def validate(
         self, result: RunResult | None = None, checks_to_run: Iterable[str] = checks.CHECKS
@@ -113,6 +148,8 @@ class LlmbenchFixture:
         loss_falls: the last third of the measured losses below the first third.
         sharding: model states per rank ZeRO-3 < ZeRO-2 <= ZeRO-1 < DDP and FSDP < DDP, against the
         runs of this session with the same model, shapes and world size.
+        repeat_spread: with --llmbench-repeat, every repeat's tokens/s within
+        --llmbench-max-repeat-spread (5%) of their mean.
         """
         __tracebackhide__ = True  # a failed check points at the test's line, not at this helper
         result = result or self.result
@@ -124,23 +161,43 @@ class LlmbenchFixture:
         unknown = [c for c in wanted if c not in checks.CHECKS]
         if unknown:
             raise ValueError(f"unknown check(s) {unknown}; choose from {', '.join(checks.CHECKS)}")
-        outcomes = []
-        for name in wanted:
-            if name == "memory":
-                outcomes.append(checks.check_memory(data, opts.vram_limit_gb))
-            elif name == "step_time_cv":
-                outcomes.append(checks.check_step_time_cv(data, opts.max_cv))
-            elif name == "loss_falls":
-                outcomes.append(checks.check_loss_falls(data))
-            elif name == "sharding":
-                outcomes.append(checks.check_sharding(data, self.session.peers(data)))
+        run = {
+            "memory": lambda: checks.check_memory(data, opts.vram_limit_gb),
+            "step_time_cv": lambda: checks.check_step_time_cv(data, opts.max_cv),
+            "loss_falls": lambda: checks.check_loss_falls(data),
+            "sharding": lambda: checks.check_sharding(data, self.session.peers(data)),
+            "repeat_spread": lambda: checks.check_repeat_spread(data, opts.max_repeat_spread),
+        }
+        outcomes = [run[name]() for name in wanted]
         data["checks"] = [o.to_dict() for o in outcomes]
         if self.writer and result.paths is not None:
             write_json_atomic(result.paths.result, data)
-        self.benchmark.extra_info["checks_failed"] = [o.name for o in outcomes if o.passed is False]
         failed = [o for o in outcomes if o.passed is False]
+        self.benchmark.extra_info["checks_failed"] = [o.name for o in failed]
         if failed:
             raise AssertionError(
                 "validation failed:\n" + "\n".join(f"- {o.name}: {o.message}" for o in failed)
             )
         return outcomes
+
+
+def _path(result: RunResult) -> str | None:
+    return str(result.path) if result.path else None
+
+
+def summarize_repeats(runs: list[RunResult]) -> dict[str, Any]:
+    """Mean and spread of a configuration's repeats (seed 001's node-to-node consistency)."""
+    rates = [r["tokens_per_sec"] for r in runs]
+    steps = [r["mean_step_time_sec"] for r in runs]
+    mean = statistics.fmean(rates)
+    return {
+        "count": len(runs),
+        "tokens_per_sec": rates,
+        "tokens_per_sec_mean": mean,
+        "tokens_per_sec_std": statistics.stdev(rates) if len(rates) > 1 else 0.0,
+        "mean_step_time_sec": steps,
+        "mean_step_time_sec_mean": statistics.fmean(steps),
+        "mean_step_time_sec_std": statistics.stdev(steps) if len(steps) > 1 else 0.0,
+        "max_deviation": max(abs(r - mean) for r in rates) / mean,
+        "results": [_path(r) for r in runs],
+    }

@@ -1,9 +1,13 @@
-"""What this process can train on. Imports torch, lazily: the plugin calls it only when a
-benchmark is collected, never at start-up."""
+"""What this machine can train on, asked once when a benchmark is collected (never at start-up).
+
+NVML (nvidia-ml-py) answers without creating a CUDA context, so a launcher-mode pytest process
+holds no GPU memory while its torchrun groups measure theirs. Without NVML, torch answers.
+"""
 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 from .spec import SpecError
@@ -18,26 +22,80 @@ class Hardware:
     device_gib: float | None = None
     """Memory of one GPU, in GiB."""
     bf16: bool = False
+    cpu_cores: int = 1
+
+    @property
+    def devices(self) -> int:
+        """How many ranks this machine can run, one device (GPU or CPU core) each."""
+        return self.gpu_count if self.device == "cuda" else self.cpu_cores
+
+
+def _cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _from_nvml() -> Hardware | None:
+    # respects CUDA_VISIBLE_DEVICES only when it lists indices; otherwise torch decides below
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and not all(v.strip().isdigit() for v in visible.split(",") if v.strip()):
+        return None
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        indices = list(range(pynvml.nvmlDeviceGetCount()))
+        if visible is not None:
+            indices = [int(v) for v in visible.split(",") if v.strip()]
+            if not indices:
+                return None
+        handle = pynvml.nvmlDeviceGetHandleByIndex(indices[0])
+        name = pynvml.nvmlDeviceGetName(handle)
+        major, _ = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        return Hardware(
+            device="cuda",
+            gpu_name=name.decode() if isinstance(name, bytes) else str(name),
+            gpu_count=len(indices),
+            device_gib=pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
+            bf16=major >= 8,
+            cpu_cores=_cpu_cores(),
+        )
+    except Exception:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
 
 
 @functools.cache
 def detect(preference: str = "auto", local_rank: int = 0) -> Hardware:
-    import torch
+    if preference == "cpu":
+        return Hardware(device="cpu", cpu_cores=_cpu_cores())
+    found = _from_nvml()
+    if found is None:
+        import torch
 
-    available = torch.cuda.is_available()
-    if preference == "cuda" and not available:
-        raise SpecError(
-            "--llmbench-device=cuda but no GPU is visible (torch.cuda.is_available() is False); "
-            "use --llmbench-device=cpu or auto."
-        )
-    if preference == "cpu" or not available:
-        return Hardware(device="cpu")
-    count = torch.cuda.device_count()
-    props = torch.cuda.get_device_properties(local_rank % count)
-    return Hardware(
-        device="cuda",
-        gpu_name=props.name,
-        gpu_count=count,
-        device_gib=props.total_memory / 2**30,
-        bf16=torch.cuda.is_bf16_supported(),
-    )
+        if torch.cuda.is_available():
+            count = torch.cuda.device_count()
+            props = torch.cuda.get_device_properties(local_rank % count)
+            found = Hardware(
+                device="cuda",
+                gpu_name=props.name,
+                gpu_count=count,
+                device_gib=props.total_memory / 2**30,
+                bf16=props.major >= 8,
+                cpu_cores=_cpu_cores(),
+            )
+    if found is None:
+        if preference == "cuda":
+            raise SpecError(
+                "--llmbench-device=cuda but no GPU is visible; use --llmbench-device=cpu or auto."
+            )
+        return Hardware(device="cpu", cpu_cores=_cpu_cores())
+    return found

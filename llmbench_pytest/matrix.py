@@ -33,7 +33,39 @@ def resolve_tier(opts: SessionOptions, hw: Hardware) -> str:
     return tier_for_memory(hw.device_gib if hw.device == "cuda" else None).name
 
 
-def build_matrix(opts: SessionOptions, hw: Hardware, world_size: int) -> list[MatrixEntry]:
+def world_sizes(opts: SessionOptions, hw: Hardware, mode: str, torchrun_world: int) -> list[int]:
+    """The world sizes each benchmark runs at: torchrun's under torchrun, else the option's."""
+    if mode == "in-rank":
+        return [torchrun_world]
+    if mode == "in-process":
+        if opts.world_sizes not in (None, (1,)):
+            given = ",".join(map(str, opts.world_sizes or ()))
+            raise SpecError(
+                f"--llmbench-launch=inprocess runs world size 1 only (this pytest process is the one "
+                f"rank); got --llmbench-world-sizes={given}. Drop one of the two options."
+            )
+        return [1]
+    if opts.world_sizes:
+        return list(opts.world_sizes)
+    if hw.device == "cuda":
+        return [n for n in (1, 2, 4, 8, 16, 32, 64) if n <= hw.gpu_count]
+    return [1, 2] if hw.cpu_cores >= 2 else [1]
+
+
+def _too_big(world_size: int, hw: Hardware) -> str | None:
+    if world_size <= hw.devices:
+        return None
+    what = "GPUs" if hw.device == "cuda" else "CPU cores"
+    return f"world size {world_size} needs {world_size} {what} (one per rank); this machine has {hw.devices}"
+
+
+def build_matrix(
+    opts: SessionOptions, hw: Hardware, sizes: list[int], launched: bool = False
+) -> list[MatrixEntry]:
+    """Every (strategy, world size, sequence length) of one benchmark test, in that order.
+
+    `launched`: the world sizes are started by the launcher here, so sizes beyond this machine's
+    devices are skipped (under torchrun the job's ranks may span nodes)."""
     tier = resolve_tier(opts, hw)
     model = opts.model or (tiers()[tier].gpu_model if hw.device == "cuda" else default_cpu_model())
     preset = resolve_model(model)
@@ -61,8 +93,12 @@ def build_matrix(opts: SessionOptions, hw: Hardware, world_size: int) -> list[Ma
     entries = []
     for name in opts.strategies:
         info, offload = parse_strategy(name)
-        for seq in seq_lens:
+        for world_size, seq in ((w, q) for w in sizes for q in seq_lens):
             test_id = f"{name}-ws{world_size}-seq{seq}-{preset.name}"
+            too_big = _too_big(world_size, hw) if launched else None
+            if too_big:
+                entries.append(MatrixEntry(test_id, None, too_big))
+                continue
             if offload == "nvme" and not opts.nvme_path:
                 entries.append(
                     MatrixEntry(

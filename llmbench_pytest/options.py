@@ -80,6 +80,16 @@ def _seq_lens(raw: Any) -> tuple[int, ...]:
     return tuple(dict.fromkeys(_positive_int(x) for x in items))
 
 
+def _world_sizes(raw: Any) -> tuple[int, ...] | None:
+    """'auto' -> None (powers of two up to the devices present); else distinct positive ints."""
+    items = _items(raw)
+    if items == ["auto"]:
+        return None
+    if not items:
+        raise SpecError("needs world sizes such as 1,2,4 or 'auto'")
+    return tuple(sorted(dict.fromkeys(_positive_int(x) for x in items)))
+
+
 def _choice(*choices: str) -> Callable[[Any], str]:
     def parse(raw: Any) -> str:
         value = str(raw).strip()
@@ -110,6 +120,19 @@ def _bool(raw: Any) -> bool:
     if text in ("0", "false", "no", "off"):
         return False
     raise SpecError(f"must be true or false; got {raw!r}")
+
+
+def _text(raw: Any) -> str:
+    value = str(raw).strip()
+    if not value:
+        raise SpecError("needs a value")
+    return value
+
+
+def _gate_bounds(raw: Any) -> dict[str, str]:
+    from .session_end import parse_gate_bounds
+
+    return parse_gate_bounds(raw)
 
 
 def _path(raw: Any) -> str:
@@ -201,6 +224,58 @@ SETTINGS: tuple[Setting, ...] = (
         _positive_float,
         "TFLOPS",
     ),
+    Setting(
+        "world_sizes",
+        "world sizes to run each benchmark at when pytest is not under torchrun, e.g. 1,2,4, or auto: "
+        "powers of two up to the GPUs present, 1,2 on CPU (default: auto). Each runs as its own "
+        "torchrun group. Under torchrun the world size is torchrun's.",
+        _world_sizes,
+        "N[,N...]|auto",
+    ),
+    Setting(
+        "launch",
+        "how a benchmark starts its ranks without torchrun: torchrun (a group per configuration, "
+        "isolated from pytest) or inprocess (world size 1 inside this pytest process, for debuggers "
+        "and profilers) (default: torchrun).",
+        _choice("torchrun", "inprocess"),
+        "HOW",
+    ),
+    Setting(
+        "repeat",
+        "run each configuration this many times; the result reports mean and standard deviation "
+        "(default: 1).",
+        _positive_int,
+        "N",
+    ),
+    Setting(
+        "max_repeat_spread",
+        "largest deviation of one repeat's tokens/s from the repeats' mean that the consistency "
+        "check accepts: 0.05 or 5 percent (default: 0.05).",
+        _fraction,
+        "FRACTION",
+    ),
+    Setting(
+        "report",
+        "at the end of the session write summary/metrics.csv, BENCHMARK_REPORT.md and plots/ for its "
+        "runs into the results directory, and print the summary table.",
+        _bool,
+        flag=True,
+    ),
+    Setting(
+        "gate",
+        "at the end of the session compare its runs with a saved pytest-benchmark run (a counter such "
+        "as 0001, 'latest', or a path) and fail the session on a regression in tokens/s, step time or "
+        "memory beyond the bounds and the measured noise.",
+        _text,
+        "SAVED_RUN",
+    ),
+    Setting(
+        "gate_bounds",
+        "bounds for --llmbench-gate, e.g. tokens=5%,step_time=5%,memory=5%,noise=1 (default: all 5%, "
+        "noise 1 x the measured spread).",
+        _gate_bounds,
+        "BOUNDS",
+    ),
     Setting("lr", "AdamW learning rate (default: 1e-3).", _positive_float, "LR"),
     Setting("seed", "seed for weights and data (default: 1234).", _non_negative_int, "N"),
 )
@@ -228,6 +303,13 @@ class SessionOptions:
     device: str = "auto"
     tier: str = "auto"
     peak_tflops: float | None = None
+    world_sizes: tuple[int, ...] | None = None
+    launch: str = "torchrun"
+    repeat: int = 1
+    max_repeat_spread: float = 0.05
+    report: bool = False
+    gate: str | None = None
+    gate_bounds: dict[str, str] | None = None
     lr: float = 1e-3
     seed: int = 1234
 

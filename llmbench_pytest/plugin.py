@@ -7,12 +7,16 @@ to that): torch is loaded when a benchmark is collected, never when pytest start
 from __future__ import annotations
 
 import os
+import signal
+import tempfile
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .fixture import LlmbenchFixture
-from .matrix import build_matrix
+from .matrix import build_matrix, world_sizes
 from .options import SETTINGS, SessionOptions
 from .ranks import rank_env
 from .session import SESSION_KEY, LlmbenchSession, get_session
@@ -74,8 +78,38 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("filterwarnings", line)
     if not env.is_writer:
         _no_writes_on_this_rank(config)
-    config.stash[SESSION_KEY] = LlmbenchSession(config, options, env)
+    session = LlmbenchSession(config, options, env)
+    if env.is_writer:
+        _check_writable(session.results_dir)
+    config.stash[SESSION_KEY] = session
     config.stash[_ERRORS_KEY] = []
+    _sigterm_interrupts(config)
+
+
+def _check_writable(results_dir: Path) -> None:
+    """Refuse at start-up a results directory that cannot take files, not after an hour of training."""
+    try:
+        results_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=results_dir, prefix=".llmbench-write-test-"):
+            pass
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"results directory {str(results_dir)!r} is not writable ({exc.strerror or exc}): fix its "
+            "permissions or pass --llmbench-results-dir=DIR."
+        ) from None
+
+
+def _sigterm_interrupts(config: pytest.Config) -> None:
+    """SIGTERM (a CI timeout, Slurm's scancel, kubectl delete) stops the session like Ctrl-C does:
+    the run in progress is marked interrupted, its workers are ended, finished results stay."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    config.add_cleanup(lambda: signal.signal(signal.SIGTERM, previous))
 
 
 def _no_writes_on_this_rank(config: pytest.Config) -> None:
@@ -130,7 +164,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 raise SpecError(f"@pytest.mark.llmbench takes keyword settings only; got {marker.args!r}")
             origin = f"@pytest.mark.llmbench on {metafunc.definition.nodeid}"
             options = options.with_values(dict(marker.kwargs), origin)
-        entries = build_matrix(options, session.hardware(), session.world_size)
+        hw = session.hardware()
+        sizes = world_sizes(options, hw, session.mode, session.world_size)
+        entries = build_matrix(options, hw, sizes, launched=session.mode == "launcher")
     except SpecError as exc:
         # reported once as a usage error after collection, not as a collection traceback
         config.stash[_ERRORS_KEY].append(str(exc))
@@ -197,6 +233,28 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_line(f"{len(s.result_paths)} run(s) recorded under {s.results_dir}:")
     for path in s.result_paths:
         terminalreporter.write_line(f"  {path}")
+    for line in s.summary_lines:
+        terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    s = session.config.stash.get(SESSION_KEY, None)
+    if s is None:
+        return
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        s.interrupted = True
+        return
+    if not s.env.is_writer or not s.result_paths:
+        return
+    from . import session_end
+
+    if s.options.report:
+        s.summary_lines.extend(session_end.write_session_report(s))
+    if s.options.gate:
+        code, lines = session_end.run_session_gate(s, session.config)
+        s.summary_lines.extend(lines)
+        if code != 0 and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

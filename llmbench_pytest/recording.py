@@ -19,12 +19,17 @@ EXTRA_KEYS = (
     "per_device_batch",
     "grad_accum",
     "dtype",
+    "grad_ckpt",
+    "device",
+    "gpu_name",
     "tokens_per_sec",
     "samples_per_sec",
     "mean_step_time_sec",
     "step_time_cv",
+    "step_time_std_sec",
     "peak_vram_gb",
     "peak_reserved_gb",
+    "peak_host_rss_gb",
     "model_state_gb",
     "h2d_gbps_per_gpu",
     "tflops_per_gpu",
@@ -33,6 +38,7 @@ EXTRA_KEYS = (
     "first_loss",
     "last_loss",
     "status",
+    "repeats",
 )
 
 

@@ -28,10 +28,20 @@ class LlmbenchSession:
         self._ctx: DistContext | None = None
         self._peers: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
         self.result_paths: list[Path] = []
+        self.interrupted = False
+        self.summary_lines: list[str] = []
+        """Report and gate output for the terminal summary."""
 
     @property
     def world_size(self) -> int:
         return self.env.world_size
+
+    @property
+    def mode(self) -> str:
+        """in-rank (under torchrun), launcher (a torchrun group per run) or in-process."""
+        if self.env.under_torchrun:
+            return "in-rank"
+        return "in-process" if self.options.launch == "inprocess" else "launcher"
 
     def hardware(self) -> Hardware:
         return detect(self.options.device, self.env.local_rank)
@@ -54,7 +64,8 @@ class LlmbenchSession:
         if self._ctx is not None:
             from .worker import dist
 
-            dist.barrier(self._ctx)
+            if not self.interrupted:  # an interrupted peer may never arrive
+                dist.barrier(self._ctx)
             dist.shutdown(self._ctx)
             self._ctx = None
 

@@ -1,8 +1,9 @@
 """Runs inside each rank: a test-only switch that makes a chosen run fail in a chosen way.
 
-LLMBENCH_INJECT_FAULT="<strategy>:<kind>[:<rank>]" (kind: oom, error, hang, exit) makes the
-first measured step of that strategy raise an out-of-memory error, raise a runtime error, sleep
-forever, or kill the process, on the given rank (all ranks when omitted). The fault is raised
+LLMBENCH_INJECT_FAULT="<strategy>:<kind>[:<rank>]" (kind: oom, error, hang, exit, kill) makes
+the first measured step of that strategy raise an out-of-memory error, raise a runtime error,
+sleep forever, exit with code 13, or die from SIGKILL, on the given rank (all ranks when
+omitted). The fault is raised
 inside the real training step, so what follows (status, result.json, the agreement between
 ranks, the session going on) is the path a real failure takes. Unset, it costs one dict lookup.
 """
@@ -10,6 +11,7 @@ ranks, the session going on) is the path a real failure takes. Unset, it costs o
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import torch
@@ -17,7 +19,7 @@ import torch
 from ..spec import RunSpec
 
 ENV = "LLMBENCH_INJECT_FAULT"
-KINDS = ("oom", "error", "hang", "exit")
+KINDS = ("oom", "error", "hang", "exit", "kill")
 
 
 def maybe_inject(spec: RunSpec, rank: int) -> None:
@@ -37,4 +39,6 @@ def maybe_inject(spec: RunSpec, rank: int) -> None:
     if kind == "hang":
         while True:
             time.sleep(3600)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
     os._exit(13)

@@ -95,6 +95,7 @@ def timed_loop(
         strategy.optimizer_step()
         clock.end()
         step_losses.append(loss)
+        log.debug("step %d/%d", i + 1, spec.steps)  # the launcher's heartbeat; costs microseconds
         if (i + 1) % every == 0 and i + 1 < spec.steps:
             log.info("step %d/%d queued after %.1f s", i + 1, spec.steps, time.perf_counter() - started)
     clock.end_window()

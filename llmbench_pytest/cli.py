@@ -1,0 +1,221 @@
+"""The `llmbench` command: report, compare and gate over saved benchmark results.
+
+    llmbench report results/                          summary/metrics.csv, BENCHMARK_REPORT.md, plots/
+    llmbench compare h100/ h200/ --cost 3.00 5.50     the same configurations side by side, with prices
+    llmbench gate --baseline .benchmarks --current results/   exit 1 on a regression
+
+Bad input is one line on stderr that says what to fix, and exit status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from . import __version__
+from .report.collect import ReportError
+
+USAGE_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line naming the command's --help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .report.build import write_report
+
+    files = write_report(args.results_dir, args.out, plots=not args.no_plots)
+    for w in files.warnings:
+        print(f"llmbench report: warning: {w}", file=sys.stderr)
+    if not args.quiet:
+        print(files.table)
+        print()
+    print(f"wrote {files.csv}")
+    print(f"wrote {files.markdown}")
+    if files.plots:
+        print(f"wrote {len(files.plots)} plots under {files.plots[0].parent}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from .report.compare import compare, load_inputs
+
+    inputs = load_inputs(args.inputs, args.cost)
+    for i in inputs:
+        for p in i.records.problems:
+            print(f"llmbench compare: warning: {p}", file=sys.stderr)
+    result = compare(inputs)
+    print(result.format())
+    if args.markdown:
+        Path(args.markdown).write_text(result.markdown())
+        print(f"\nwrote {args.markdown}")
+    return 0
+
+
+def _gate(args: argparse.Namespace) -> int:
+    from .report.gate import GateBounds, parse_bound, run_gate
+    from .report.records import load_records
+
+    bounds = GateBounds(
+        tokens_drop=parse_bound(args.max_tokens_drop, "--max-tokens-drop"),
+        step_time_rise=parse_bound(args.max_step_time_rise, "--max-step-time-rise"),
+        memory_rise=parse_bound(args.max_memory_rise, "--max-memory-rise"),
+        noise_factor=args.noise_factor,
+        strict=args.strict,
+    )
+    result = run_gate(load_records(args.baseline), load_records(args.current), bounds)
+    print(result.format())
+    if args.output:
+        Path(args.output).write_text(result.format() + "\n")
+    for e in result.errors:
+        print(f"llmbench gate: error: {e}", file=sys.stderr)
+    return result.exit_code
+
+
+def _noise_factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number; 1 allows the measured spread, 0 none"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more; got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="llmbench",
+        description="Reports, machine and price comparisons, and a CI regression gate over llmbench results.",
+        epilog="Each command has its own --help. Guide: docs/reports.md.",
+    )
+    parser.add_argument("--version", action="version", version=f"llmbench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    fmt_cls = argparse.RawDescriptionHelpFormatter
+
+    rep = sub.add_parser(
+        "report",
+        help="write metrics.csv, BENCHMARK_REPORT.md and plots for a results folder",
+        formatter_class=fmt_cls,
+        description=(
+            "Read every result.json under RESULTS_DIR and write RESULTS_DIR/summary/:\n"
+            "  metrics.csv          one row per run: seed 000's columns, scaling_efficiency_pct,\n"
+            "                       then the rest\n"
+            "  BENCHMARK_REPORT.md  the recommendation (fastest that fits, most memory-frugal and\n"
+            "                       its cost), seed 000's patterns, scaling (and its baseline), MFU,\n"
+            "                       failed checks, OOM and error runs\n"
+            "  plots/*.png          tokens/s, step time, scaling efficiency, GB/s vs GPUs; peak\n"
+            "                       memory and MFU per strategy\n"
+            "Unreadable result files are named on stderr and left out; the rest are still used."
+        ),
+        epilog="example: llmbench report results/",
+    )
+    rep.add_argument(
+        "results_dir", metavar="RESULTS_DIR", help="folder the benchmarks wrote (or one result.json)"
+    )
+    rep.add_argument("--out", metavar="DIR", help="write the summary here instead of RESULTS_DIR/summary")
+    rep.add_argument("--no-plots", action="store_true", help="skip the plots (no matplotlib needed)")
+    rep.add_argument("-q", "--quiet", action="store_true", help="do not print the summary table")
+    rep.set_defaults(func=_report)
+
+    cmp = sub.add_parser(
+        "compare",
+        help="compare the same configurations across machines or runs, with cost per 1M tokens",
+        formatter_class=fmt_cls,
+        description=(
+            "Each INPUT is one machine or run: a results folder, a result.json, a pytest-benchmark\n"
+            "saved run (.json) or a pytest-benchmark storage folder (its newest run). Per configuration:\n"
+            "tokens/s, step time, peak memory, speed-up over the first input that ran it, and with\n"
+            "--cost the $ per 1M tokens and per 1K samples (price x world size / 3600 / rate)."
+        ),
+        epilog="example: llmbench compare results-h100/ results-h200/ --cost 3.00 5.50 --markdown cmp.md",
+    )
+    cmp.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="results folders or files, one per machine/run"
+    )
+    cmp.add_argument(
+        "--cost",
+        nargs="+",
+        metavar="PRICE",
+        help="$ per GPU-hour, one per INPUT in the same order (e.g. --cost 3.00 5.50)",
+    )
+    cmp.add_argument("--markdown", metavar="FILE", help="also write the comparison as markdown to FILE")
+    cmp.set_defaults(func=_compare)
+
+    gate = sub.add_parser(
+        "gate",
+        help="fail (exit 1) when the current run is slower or hungrier than the baseline",
+        formatter_class=fmt_cls,
+        description=(
+            "Compare CURRENT with BASELINE per configuration. A metric past its bound fails the gate\n"
+            "(exit 1) unless the change is within the measured run-to-run spread (repeats' spread where\n"
+            "a configuration was repeated, else the run's step-time CV), which is reported as\n"
+            "'within noise'. A configuration that finished in the baseline and fails now is a regression.\n"
+            "BASELINE and CURRENT: a results folder, a result.json, a pytest-benchmark .json, or a\n"
+            "pytest-benchmark storage folder such as .benchmarks/ (its newest saved run).\n"
+            "Bounds are fractions or percentages: 0.05 or 5%.\n"
+            "Exit: 0 passed, 1 regression, 2 could not compare (bad input; other GPU model with --strict)."
+        ),
+        epilog="example: llmbench gate --baseline .benchmarks --current results/ --max-tokens-drop 3%",
+    )
+    gate.add_argument("--baseline", required=True, metavar="B", help="the reference run")
+    gate.add_argument("--current", required=True, metavar="C", help="the run under test")
+    gate.add_argument(
+        "--max-tokens-drop", default="5%", metavar="PCT", help="largest allowed fall in tokens/s (5%%)"
+    )
+    gate.add_argument(
+        "--max-step-time-rise", default="5%", metavar="PCT", help="largest allowed rise in step time (5%%)"
+    )
+    gate.add_argument(
+        "--max-memory-rise",
+        default="5%",
+        metavar="PCT",
+        help="largest allowed rise in peak memory per rank (5%%)",
+    )
+    gate.add_argument(
+        "--noise-factor",
+        type=_noise_factor,
+        default=1.0,
+        metavar="K",
+        help="a change up to K x the measured spread counts as noise (1; 0 turns the allowance off)",
+    )
+    gate.add_argument(
+        "--strict", action="store_true", help="a baseline from another GPU model is an error, not a warning"
+    )
+    gate.add_argument("--output", metavar="FILE", help="also write the gate's report to FILE (CI artifact)")
+    gate.set_defaults(func=_gate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return USAGE_ERROR
+    try:
+        return int(args.func(args))
+    except ReportError as exc:
+        print(f"llmbench {args.command}: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except BrokenPipeError:
+        # the reader went away (`llmbench report results/ | head`): no error message on a closed pipe;
+        # stdout goes to devnull so the interpreter's final flush does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:  # an output path that cannot be written
+        print(f"llmbench {args.command}: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return USAGE_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

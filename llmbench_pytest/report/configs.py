@@ -1,0 +1,216 @@
+"""Configurations: the runs of one setup (repeats included) summed up as one row.
+
+Standard library only. Two runs are the same configuration when they trained the same model
+with the same strategy, shapes, precision, world size and hardware; a repeated run (`-r2`, ...)
+adds a sample, and the spread of the repeats is the measured run-to-run noise.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .collect import Run
+
+# The order strategies are listed in everywhere (tables, legends): native PyTorch first, then
+# DeepSpeed by ZeRO stage, then the offload variants.
+STRATEGY_ORDER = (
+    "ddp",
+    "fsdp_grad_op",
+    "fsdp",
+    "zero0",
+    "zero1",
+    "zero2",
+    "zero3",
+    "zero1_offload",
+    "zero2_offload",
+    "zero3_offload",
+    "zero3_nvme",
+)
+
+
+def strategy_rank(name: str) -> tuple[int, str]:
+    return (STRATEGY_ORDER.index(name) if name in STRATEGY_ORDER else len(STRATEGY_ORDER), name)
+
+
+class ConfigKey(NamedTuple):
+    model: str
+    seq_len: int
+    per_device_batch: int
+    grad_accum: int
+    dtype: str
+    grad_ckpt: bool
+    hardware: str
+    """GPU name, 'CPU' or 'unknown device'."""
+    nodes: int
+    world_size: int
+    strategy: str
+
+    @property
+    def scenario(self) -> tuple[Any, ...]:
+        """Everything but the strategy: the runs a recommendation chooses between."""
+        return tuple(self[:-1])
+
+    @property
+    def global_batch(self) -> int:
+        return self.world_size * self.per_device_batch * self.grad_accum
+
+    def sort_key(self) -> tuple[Any, ...]:
+        return (*self[:7], self.world_size, self.nodes, strategy_rank(self.strategy))
+
+
+def config_key(run: Run) -> ConfigKey:
+    d = run.data
+    return ConfigKey(
+        model=str(d.get("model") or "?"),
+        seq_len=int(d.get("seq_len") or 0),
+        per_device_batch=int(d.get("per_device_batch") or 0),
+        grad_accum=int(d.get("grad_accum") or 1),
+        dtype=str(d.get("dtype") or "?"),
+        grad_ckpt=bool(d.get("grad_ckpt")),
+        hardware=run.hardware,
+        nodes=int(d.get("nodes") or 1),
+        world_size=run.world_size,
+        strategy=run.strategy,
+    )
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return statistics.fmean(xs) if xs else None
+
+
+def _spread(values: Iterable[float | None]) -> float | None:
+    """Sample standard deviation over repeats; None with fewer than two."""
+    xs = [v for v in values if v is not None]
+    return statistics.stdev(xs) if len(xs) > 1 else None
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration: its runs and their numbers (means over the runs that finished)."""
+
+    key: ConfigKey
+    runs: tuple[Run, ...]
+    """Every run of this configuration, finished or not."""
+
+    @property
+    def ok_runs(self) -> list[Run]:
+        return [r for r in self.runs if r.ok]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.ok_runs)
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.key.hardware == "CPU"
+
+    @property
+    def strategy(self) -> str:
+        return self.key.strategy
+
+    @property
+    def world_size(self) -> int:
+        return self.key.world_size
+
+    def mean(self, field: str) -> float | None:
+        return _mean(r.data.get(field) for r in self.ok_runs)
+
+    @property
+    def tokens_per_sec(self) -> float | None:
+        return self.mean("tokens_per_sec")
+
+    @property
+    def tokens_per_sec_spread(self) -> float | None:
+        """Standard deviation of tokens/s across repeats (run-to-run), when there are two or more."""
+        return _spread(r.data.get("tokens_per_sec") for r in self.ok_runs)
+
+    @property
+    def step_time(self) -> float | None:
+        return self.mean("mean_step_time_sec")
+
+    @property
+    def step_time_std(self) -> float | None:
+        """Within-run step-time standard deviation, averaged over the runs."""
+        return self.mean("step_time_std_sec")
+
+    @property
+    def step_time_cv(self) -> float | None:
+        return self.mean("step_time_cv")
+
+    @property
+    def memory_gb(self) -> float | None:
+        """The highest peak of any run: a configuration needs what its hungriest repeat needed."""
+        values = [r.memory_gb for r in self.runs if r.memory_gb is not None]
+        return max(values) if values else None
+
+    @property
+    def memory_kind(self) -> str:
+        return self.runs[0].memory_kind
+
+    @property
+    def model_state_gb(self) -> float | None:
+        return self.mean("model_state_gb")
+
+    @property
+    def mfu(self) -> float | None:
+        return self.mean("mfu")
+
+    @property
+    def mfu_reason(self) -> str | None:
+        reasons = [r.data.get("mfu_reason") for r in self.runs if r.data.get("mfu_reason")]
+        return reasons[0] if reasons else None
+
+    @property
+    def h2d_gbps(self) -> float | None:
+        return self.mean("h2d_gbps_per_gpu")
+
+    @property
+    def fits(self) -> bool:
+        """At least one run finished, and no run went over the memory limit or ran out of memory."""
+        return self.ok and not any(r.memory_check_failed or r.status == "oom" for r in self.runs)
+
+    @property
+    def status(self) -> str:
+        """'ok', or the statuses with counts when not every run finished ('ok 2/3, oom 1/3')."""
+        counts = Counter(r.status for r in self.runs)
+        if set(counts) == {"ok"}:
+            return "ok"
+        n = len(self.runs)
+        if len(counts) == 1:
+            return next(iter(counts)) + (f" {n}/{n}" if n > 1 else "")
+        return ", ".join(f"{s} {c}/{n}" for s, c in counts.most_common())
+
+    @property
+    def failed_check_names(self) -> list[str]:
+        return sorted({str(c.get("name")) for r in self.runs for c in r.failed_checks})
+
+    def label(self) -> str:
+        return f"{self.strategy} ws{self.world_size}"
+
+
+def group_configs(runs: Iterable[Run]) -> list[Config]:
+    """Runs grouped by configuration, in a stable order (model, shapes, world size, strategy)."""
+    groups: dict[ConfigKey, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(config_key(run), []).append(run)
+    return [Config(k, tuple(groups[k])) for k in sorted(groups, key=ConfigKey.sort_key)]
+
+
+def scenario_title(key: ConfigKey) -> str:
+    """'llama-1b, seq 2048, batch 4x1, bf16 on 2x NVIDIA H200' for headings and captions."""
+    ckpt = ", activation checkpointing" if key.grad_ckpt else ""
+    where = (
+        f"{key.world_size} CPU rank{'s' if key.world_size > 1 else ''} (CPU smoke)"
+        if key.hardware == "CPU"
+        else f"{key.world_size}x {key.hardware}"
+    )
+    nodes = f" over {key.nodes} nodes" if key.nodes > 1 else ""
+    return (
+        f"{key.model}, seq {key.seq_len}, batch {key.per_device_batch}x{key.grad_accum} per rank, "
+        f"{key.dtype}{ckpt} on {where}{nodes}"
+    )

@@ -1,0 +1,245 @@
+"""summary/BENCHMARK_REPORT.md: the recommendation first, then the evidence.
+
+Order: what to train with (per scenario), the table, scaling with the baseline each number is
+measured against, MFU (or why there is none), failed checks, runs that did not finish, files that
+could not be read, the plots. Long lists are cut at LIST_LIMIT entries; metrics.csv has them all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tabulate import tabulate
+
+from . import fmt
+from .collect import Collection, Run
+from .configs import Config, ConfigKey, scenario_title
+from .recommend import Recommendation
+from .scaling import Scaling
+from .table import CPU_NOTE, colalign, summary_rows
+
+LIST_LIMIT = 50
+
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    return tabulate(
+        rows, headers=list(headers), tablefmt="github", disable_numparse=True, colalign=colalign(headers)
+    )
+
+
+def _capped(lines: list[str], what: str) -> list[str]:
+    if len(lines) <= LIST_LIMIT:
+        return lines
+    rest = len(lines) - LIST_LIMIT
+    return [*lines[:LIST_LIMIT], f"- ... and {rest} more {what} (all of them are in metrics.csv)"]
+
+
+def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:
+    n = len(collection.runs)
+    out = [
+        "# Benchmark report",
+        "",
+        f"{n} result file{'s' if n != 1 else ''} under `{collection.root}`, {len(configs)} "
+        f"configuration{'s' if len(configs) != 1 else ''}; generated {time.strftime('%Y-%m-%d %H:%M:%S')}.",
+    ]
+    if collection.problems:
+        out.append(
+            f"{len(collection.problems)} result file(s) could not be read and are left out "
+            "(listed under *Unreadable result files*)."
+        )
+    commits = collection.commits
+    if len(commits) > 1:
+        out += [
+            "",
+            f"> These runs come from {len(commits)} commits ({', '.join(commits[:5])}"
+            f"{', ...' if len(commits) > 5 else ''}): a configuration run more than once is averaged "
+            "across them. To see one commit alone, report a fresh results folder.",
+        ]
+    if collection.any_cpu:
+        cpu = sum(r.is_cpu for r in collection.runs)
+        out += [
+            "",
+            f"> **{CPU_NOTE}** ({cpu} of {n} runs ran on CPU; their memory is host RSS, not GPU memory.)",
+        ]
+    return out
+
+
+def _at_a_glance(recs: Sequence[Recommendation]) -> list[str]:
+    """One row per scenario: the pick and the memory trade-off, details in the sections below."""
+    rows = []
+    for rec in recs:
+        f, m = rec.fastest, rec.frugal
+        trade = fmt.NA
+        if f and m and m is not f and f.memory_gb and m.memory_gb and f.tokens_per_sec and m.tokens_per_sec:
+            trade = (
+                f"{m.strategy}: {fmt.pct(1 - m.memory_gb / f.memory_gb, 0)} less memory, "
+                f"{fmt.pct(1 - m.tokens_per_sec / f.tokens_per_sec, 0)} less throughput"
+            )
+        elif f and m is f:
+            trade = "the fastest is also the leanest"
+        rows.append(
+            [
+                rec.title,
+                f.strategy if f else "none fits",
+                fmt.tokens(f.tokens_per_sec) if f else fmt.NA,
+                f"{fmt.gb(f.memory_gb)} GB" if f and f.memory_gb is not None else fmt.NA,
+                trade,
+                len(rec.not_fitting) or "",
+            ]
+        )
+    headers = ["scenario", "fastest that fits", "tokens/s", "its peak", "most memory-frugal", "did not fit"]
+    return ["", "## At a glance", "", _md_table(headers, rows)]
+
+
+def _recommendations(recs: Sequence[Recommendation]) -> list[str]:
+    out = ["", "## Recommendation"]
+    for rec in recs:
+        out += ["", f"### {rec.title}", ""]
+        out += [f"- {s}" for s in rec.sentences()]
+        if rec.findings:
+            out += ["- Patterns (seed 000):"]
+            out += [f"  - {f.line()}" for f in rec.findings]
+    return out
+
+
+def _results(configs: Sequence[Config], scaling: Mapping[ConfigKey, Scaling]) -> list[str]:
+    headers, rows, fixed = summary_rows(configs, scaling)
+    out = ["", "## Results", ""]
+    if fixed:
+        out += ["All runs: " + "; ".join(fixed) + ".", ""]
+    out.append(_md_table(headers, rows))
+    out += [
+        "",
+        "tokens/s and step time are means over the measured steps (and over repeats of a configuration); "
+        "CV is the step-time coefficient of variation; peak memory is per rank.",
+    ]
+    return out
+
+
+def _scaling(configs: Sequence[Config], scaling: Mapping[ConfigKey, Scaling]) -> list[str]:
+    out = [
+        "",
+        "## Scaling",
+        "",
+        "Efficiency = T(N) / (N x T(1)) against a measured 1-GPU run of the same configuration; without "
+        "one, T(N) / ((N/N0) x T(N0)) against the smallest world size N0 measured. *Weak* scaling keeps "
+        "the per-device batch fixed (the global batch grows with N); *strong* scaling keeps the global "
+        "batch (world size x batch x grad accumulation) fixed.",
+        "",
+    ]
+    rows = []
+    for c in configs:
+        s = scaling.get(c.key)
+        if s is None or s.is_baseline(c):
+            continue
+        rows.append(
+            [
+                c.strategy,
+                f"{c.key.model} seq{c.key.seq_len} b{c.key.per_device_batch}x{c.key.grad_accum} "
+                f"{c.key.hardware}",
+                c.world_size,
+                fmt.tokens(c.tokens_per_sec),
+                fmt.pct(s.efficiency, 0),
+                s.mode,
+                f"ws{s.baseline_ws}"
+                + (f" (measured {s.one})" if s.against_one_gpu else f" (smallest measured; no {s.one})"),
+            ]
+        )
+    if not rows:
+        out.append("Every configuration was measured at one world size only: nothing to scale against.")
+        return out
+    out.append(
+        _md_table(
+            ["strategy", "configuration", "world size", "tokens/s", "efficiency", "mode", "baseline"], rows
+        )
+    )
+    return out
+
+
+def _mfu(configs: Sequence[Config]) -> list[str]:
+    out = [
+        "",
+        "## MFU",
+        "",
+        "MFU = achieved FLOPs / the GPU's peak dense FLOPs (FLOPs per token 6N + 12LHQT, PaLM).",
+    ]
+    known = [c for c in configs if c.mfu is not None]
+    reasons: dict[str, list[Config]] = {}
+    for c in configs:
+        if c.mfu is None:
+            reasons.setdefault(c.mfu_reason or "not recorded", []).append(c)
+    if known:
+        rows = [
+            [c.strategy, c.world_size, scenario_title(c.key), fmt.tokens(c.tokens_per_sec), fmt.mfu(c.mfu)]
+            for c in known
+        ]
+        out += ["", _md_table(["strategy", "world size", "scenario", "tokens/s", "MFU"], rows)]
+    for reason, cs in reasons.items():
+        names = ", ".join(c.label() for c in cs[:12]) + (f" and {len(cs) - 12} more" if len(cs) > 12 else "")
+        out += ["", f"No MFU for {names}: {reason}."]
+    return out
+
+
+def _failed_checks(runs: Sequence[Run]) -> list[str]:
+    lines = [f"- `{r.name}` **{c.get('name')}**: {c.get('message')}" for r in runs for c in r.failed_checks]
+    out = ["", "## Failed validation checks", ""]
+    return out + (_capped(lines, "failed checks") if lines else ["Every check that applied passed."])
+
+
+def _unfinished(runs: Sequence[Run]) -> list[str]:
+    lines = []
+    for r in runs:
+        if r.status == "ok":
+            continue
+        what = "never finished (left as 'running': killed?)" if r.status == "running" else r.status
+        ranks = r.data.get("failed_ranks") or []
+        where = f" on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}" if ranks else ""
+        lines.append(f"- `{r.name}`: **{what}**{where}" + (f": {r.error_line}" if r.error_line else ""))
+    out = ["", "## Runs that did not finish (OOM, error, interrupted)", ""]
+    return out + (_capped(lines, "runs") if lines else ["Every run finished."])
+
+
+def _problems(collection: Collection) -> list[str]:
+    if not collection.problems:
+        return []
+    return ["", "## Unreadable result files", "", *_capped([f"- {p}" for p in collection.problems], "files")]
+
+
+def _plots(plot_paths: Sequence[Path], plot_note: str | None, out_dir: Path) -> list[str]:
+    out = ["", "## Plots", ""]
+    if plot_note:
+        out.append(plot_note)
+    for p in plot_paths:
+        rel = p.relative_to(out_dir) if p.is_relative_to(out_dir) else p
+        out += [f"![{p.stem}]({rel.as_posix()})", ""]
+    return out
+
+
+def render(
+    collection: Collection,
+    configs: Sequence[Config],
+    scaling: Mapping[ConfigKey, Scaling],
+    recs: Sequence[Recommendation],
+    plot_paths: Sequence[Path],
+    plot_note: str | None,
+    out_dir: Path,
+) -> str:
+    runs = collection.runs
+    parts = [
+        *_header(collection, configs),
+        *_at_a_glance(recs),
+        *_recommendations(recs),
+        *_results(configs, scaling),
+        *_scaling(configs, scaling),
+        *_mfu(configs),
+        *_failed_checks(runs),
+        *_unfinished(runs),
+        *_problems(collection),
+        *_plots(plot_paths, plot_note, out_dir),
+        "",
+        "How to read this report, compare machines and prices, and gate CI: docs/reports.md in llmbench.",
+        "",
+    ]
+    return "\n".join(parts)

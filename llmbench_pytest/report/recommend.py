@@ -1,0 +1,210 @@
+"""The recommendation: which configuration to train with, and the patterns seed 000 names.
+
+Standard library only. Runs are compared only with runs of the same scenario (model, shapes,
+precision, hardware, world size): a ZeRO-3 run on 8 GPUs is not "faster" than DDP on one. Every
+sentence carries its numbers, so a reader can check the claim against the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from . import fmt
+from .configs import Config, ConfigKey, scenario_title
+from .scaling import Scaling
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatternRules:
+    """Thresholds for seed 000's result patterns; each compares runs of one scenario."""
+
+    near_fastest: float = 0.10
+    """Within this fraction of the scenario's best tokens/s counts as fast (pattern 1)."""
+    hungry: float = 0.20
+    """Peak memory at least this fraction above the scenario's lowest is memory-hungry (pattern 1)."""
+    frugal: float = 0.20
+    """Peak memory at least this fraction below the scenario's highest is memory-efficient (2, 3)."""
+    good_speed: float = 0.75
+    """At least this fraction of the scenario's best tokens/s is good speed (pattern 2)."""
+    poor_scaling: float = 0.60
+    """Scaling efficiency below this is poor scaling (pattern 4). Seed 000 calls < 30% at 4 GPUs
+    'investigate' under its 50%-at-2-GPUs convention: about 60% in this project's terms."""
+
+
+PATTERNS = {
+    "fast but memory-hungry": "good for models that fit with room to spare",
+    "memory-efficient with good speed": "the choice when memory is tight or the model is larger",
+    "highest throughput, medium memory": "the all-round choice: fastest without the largest footprint",
+    "poor scaling": "communication or offload overhead dominates; check the interconnect, or use fewer GPUs",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One configuration showing one of seed 000's patterns."""
+
+    pattern: str
+    config: Config
+    evidence: str
+
+    def line(self) -> str:
+        return f"**{self.pattern}**: {self.config.label()}: {self.evidence} ({PATTERNS[self.pattern]})"
+
+
+@dataclass
+class Recommendation:
+    """What to train with in one scenario, and why."""
+
+    key: ConfigKey
+    """Any configuration key of the scenario (the strategy part is ignored)."""
+    configs: list[Config]
+    fastest: Config | None = None
+    frugal: Config | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return scenario_title(self.key)
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.key.hardware == "CPU"
+
+    @property
+    def not_fitting(self) -> list[Config]:
+        return [c for c in self.configs if not c.fits]
+
+    def sentences(self) -> list[str]:
+        out: list[str] = []
+        if self.is_cpu:
+            out.append(
+                "CPU smoke: this ranking shows which code paths ran, not which strategy is faster on a GPU."
+            )
+        f, m = self.fastest, self.frugal
+        if f is None:
+            out.append("No configuration finished within the memory limit, so none can be recommended.")
+        else:
+            mem = (
+                f"{fmt.gb(f.memory_gb)} GB peak {f.memory_kind}" if f.memory_gb is not None else "memory n/a"
+            )
+            out.append(
+                f"**{f.strategy}** is the fastest that fits: {fmt.tokens(f.tokens_per_sec)} tokens/s "
+                f"(step {fmt.seconds(f.step_time)} s), {mem}."
+            )
+            if len([c for c in self.configs if c.fits]) == 1:
+                out.append("It is the only configuration here that fits; nothing to choose between.")
+            elif m is None:
+                out.append("Peak memory was not measured, so the most memory-frugal one is unknown.")
+            elif m is f:
+                out.append("It also needs the least memory of the configurations that fit.")
+            else:
+                assert m.memory_gb is not None and f.memory_gb and m.tokens_per_sec and f.tokens_per_sec
+                saving = 1 - m.memory_gb / f.memory_gb
+                cost = 1 - m.tokens_per_sec / f.tokens_per_sec
+                mem = f"{fmt.gb(m.memory_gb)} GB peak {m.memory_kind}"
+                out.append(
+                    f"**{m.strategy}** needs the least memory: {mem}, "
+                    f"{fmt.pct(saving, 0)} less than {f.strategy}, for {fmt.pct(cost, 0)} less throughput "
+                    f"({fmt.tokens(m.tokens_per_sec)} tokens/s)."
+                )
+        bad = self.not_fitting
+        if bad:
+            out.append("Did not fit or did not finish: " + ", ".join(_why_not(c) for c in bad) + ".")
+        return out
+
+
+def _why_not(c: Config) -> str:
+    ooms = sum(r.status == "oom" for r in c.runs)
+    if c.ok and ooms:
+        return f"{c.strategy} (out of memory in {ooms} of {len(c.runs)} runs)"
+    if c.ok:
+        checks = [x for r in c.runs for x in r.failed_checks if x.get("name") == "peak_memory"]
+        measured, limit = (checks[0].get("measured"), checks[0].get("limit")) if checks else (None, None)
+        if measured is not None and limit is not None:
+            return f"{c.strategy} (over the memory limit: {measured:.1f} > {limit:.1f} GB)"
+        return f"{c.strategy} (over the memory limit)"
+    return f"{c.strategy} ({c.status})"
+
+
+def _patterns(ok: list[Config], fastest: Config, rules: PatternRules) -> list[Finding]:
+    """Seed 000's patterns 1-3 among the finished configurations of one scenario."""
+    with_mem = [c for c in ok if c.memory_gb and c.tokens_per_sec]
+    if len(with_mem) < 2:
+        return []
+    best = max(c.tokens_per_sec or 0 for c in with_mem)
+    leanest = min(with_mem, key=lambda c: c.memory_gb or 0)
+    hungriest = max(with_mem, key=lambda c: c.memory_gb or 0)
+    lo, hi = leanest.memory_gb or 0, hungriest.memory_gb or 0
+    found: list[Finding] = []
+    for c in with_mem:
+        t, mem = c.tokens_per_sec or 0, c.memory_gb or 0
+        speed = f"{fmt.tokens(t)} tokens/s ({fmt.pct(t / best, 0)} of the best)"
+        if c is fastest and c is not leanest and mem <= (1 - rules.frugal) * hi:
+            found.append(
+                Finding(
+                    "highest throughput, medium memory",
+                    c,
+                    f"{fmt.tokens(t)} tokens/s, {fmt.gb(mem)} GB: {fmt.pct(1 - mem / hi, 0)} below "
+                    f"{hungriest.strategy}'s {fmt.gb(hi)} GB",
+                )
+            )
+        elif t >= (1 - rules.near_fastest) * best and mem >= (1 + rules.hungry) * lo:
+            found.append(
+                Finding(
+                    "fast but memory-hungry",
+                    c,
+                    f"{speed}, {fmt.gb(mem)} GB: {fmt.pct(mem / lo - 1, 0)} above "
+                    f"{leanest.strategy}'s {fmt.gb(lo)} GB",
+                )
+            )
+        elif c is not fastest and t >= rules.good_speed * best and mem <= (1 - rules.frugal) * hi:
+            found.append(
+                Finding(
+                    "memory-efficient with good speed",
+                    c,
+                    f"{speed}, {fmt.gb(mem)} GB: {fmt.pct(1 - mem / hi, 0)} below "
+                    f"{hungriest.strategy}'s {fmt.gb(hi)} GB",
+                )
+            )
+    return found
+
+
+def _poor_scaling(c: Config, s: Scaling, rules: PatternRules) -> Finding | None:
+    if c.world_size <= s.baseline_ws or s.efficiency >= rules.poor_scaling:
+        return None
+    speedup = (c.tokens_per_sec or 0) / (s.baseline.tokens_per_sec or 1)
+    return Finding(
+        "poor scaling",
+        c,
+        f"{fmt.pct(s.efficiency, 0)} efficiency ({s.describe()}): {c.world_size} ranks deliver "
+        f"{speedup:.2f}x the throughput of {s.baseline_ws}, ideal {c.world_size / s.baseline_ws:g}x",
+    )
+
+
+def recommend(
+    configs: Sequence[Config], scaling: dict[ConfigKey, Scaling], rules: PatternRules | None = None
+) -> list[Recommendation]:
+    """One recommendation per scenario, in the configurations' order."""
+    rules = rules or PatternRules()
+    scenarios: dict[tuple[object, ...], Recommendation] = {}
+    for c in configs:
+        rec = scenarios.get(c.key.scenario)
+        if rec is None:
+            rec = scenarios[c.key.scenario] = Recommendation(c.key, [])
+        rec.configs.append(c)
+    for rec in scenarios.values():
+        fitting = [c for c in rec.configs if c.fits and c.tokens_per_sec]
+        if fitting:
+            rec.fastest = max(fitting, key=lambda c: c.tokens_per_sec or 0)
+            with_mem = [c for c in fitting if c.memory_gb is not None]
+            if with_mem:
+                # among equally lean ones, the faster is the better pick
+                rec.frugal = min(with_mem, key=lambda c: (c.memory_gb, -(c.tokens_per_sec or 0)))
+            rec.findings = _patterns([c for c in rec.configs if c.ok], rec.fastest, rules)
+        for c in rec.configs:
+            s = scaling.get(c.key)
+            finding = _poor_scaling(c, s, rules) if s else None
+            if finding:
+                rec.findings.append(finding)
+    return list(scenarios.values())

@@ -1,0 +1,106 @@
+"""Scaling efficiency: how much of N times the throughput N GPUs deliver.
+
+    efficiency(N) = T(N) / (N * T(1))                 against a measured 1-GPU run
+    efficiency(N) = T(N) / ((N / N0) * T(N0))         otherwise, N0 = smallest world size measured
+
+T is tokens/s over the whole job. Two series are possible for a configuration, and the report
+labels which one a number comes from:
+
+- weak scaling: the per-device batch (batch x grad accumulation) is fixed, so the global batch
+  grows with N; ideal throughput is N times the baseline's.
+- strong scaling: the global batch (world size x batch x grad accumulation) is fixed, so each
+  GPU gets less work as N grows; ideal step time is the baseline's divided by N, which is again
+  N times the throughput.
+
+A series with a measured 1-GPU run is preferred over one without, weak over strong. The seed's
+"50% at 2 GPUs as baseline" is a convention this project does not copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .configs import Config, ConfigKey
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Where a configuration stands against its baseline."""
+
+    mode: str
+    """'weak' (fixed per-device batch) or 'strong' (fixed global batch)."""
+    baseline: Config
+    """The configuration measured at the baseline world size."""
+    efficiency: float
+    """T(N) / ((N / N0) * T(N0)); 1.0 is linear scaling."""
+
+    @property
+    def baseline_ws(self) -> int:
+        return self.baseline.world_size
+
+    @property
+    def against_one_gpu(self) -> bool:
+        return self.baseline_ws == 1
+
+    @property
+    def one(self) -> str:
+        """'1-GPU run', or '1-rank run' on CPU."""
+        return "1-rank run" if self.baseline.is_cpu else "1-GPU run"
+
+    def describe(self) -> str:
+        if self.against_one_gpu:
+            return f"{self.mode} scaling against a measured {self.one}"
+        return f"{self.mode} scaling against world size {self.baseline_ws} (smallest measured; no {self.one})"
+
+    def is_baseline(self, config: Config) -> bool:
+        return config.key == self.baseline.key
+
+
+def _series_key(key: ConfigKey, mode: str) -> tuple[Any, ...]:
+    common = (key.model, key.seq_len, key.dtype, key.grad_ckpt, key.hardware, key.strategy)
+    if mode == "weak":
+        return (*common, key.per_device_batch, key.grad_accum)
+    return (*common, key.global_batch)
+
+
+def scaling_table(configs: Sequence[Config]) -> dict[ConfigKey, Scaling]:
+    """The scaling of every configuration that has a comparable run at another world size."""
+    series: dict[tuple[Any, ...], list[Config]] = {}
+    for c in configs:
+        if c.tokens_per_sec is None:
+            continue
+        for mode in ("weak", "strong"):
+            series.setdefault((mode, *_series_key(c.key, mode)), []).append(c)
+
+    out: dict[ConfigKey, Scaling] = {}
+    for c in configs:
+        t = c.tokens_per_sec
+        if t is None:
+            continue
+        choices: list[tuple[str, Config]] = []
+        for mode in ("weak", "strong"):
+            members = series.get((mode, *_series_key(c.key, mode)), [])
+            if len({m.world_size for m in members}) < 2:
+                continue  # one world size only: nothing to scale against
+            base = min(members, key=lambda m: (m.world_size, m.key.nodes, m.key.per_device_batch))
+            choices.append((mode, base))
+        if not choices:
+            continue
+        # a measured 1-GPU baseline wins over the smallest world size; weak wins ties
+        mode, base = min(choices, key=lambda mb: (mb[1].world_size != 1, mb[0] != "weak"))
+        t0 = base.tokens_per_sec
+        assert t0 is not None
+        out[c.key] = Scaling(mode, base, t / ((c.world_size / base.world_size) * t0))
+    return out
+
+
+def efficiency_of_run(tokens_per_sec: float | None, world_size: int, scaling: Scaling | None) -> float | None:
+    """One run's efficiency against its configuration's baseline (for metrics.csv rows)."""
+    if scaling is None or tokens_per_sec is None:
+        return None
+    t0 = scaling.baseline.tokens_per_sec
+    if not t0:
+        return None
+    return tokens_per_sec / ((world_size / scaling.baseline_ws) * t0)

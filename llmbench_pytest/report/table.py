@@ -1,0 +1,149 @@
+"""The console summary: one tabulate table, one row per configuration.
+
+Columns that are the same for every row (model, sequence length, batch, hardware) move into a
+header line, so the table keeps to what differs. Notes under the table say what a '-' means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+from . import fmt
+from .configs import Config, ConfigKey
+from .scaling import Scaling
+
+NUMERIC_COLUMNS = (
+    "GPUs",
+    "ranks",
+    "seq",
+    "world size",
+    "tokens/s",
+    "step s",
+    "CV",
+    "peak GB",
+    "MFU",
+    "efficiency",
+    "speed-up",
+    "$/1M tokens",
+    "$/1K samples",
+    "step time",
+    "peak memory",
+    "its peak",
+    "did not fit",
+)
+
+
+def colalign(headers: Sequence[str]) -> list[str]:
+    """Numbers right-aligned so their digits line up; text left."""
+    return ["right" if h.startswith(NUMERIC_COLUMNS) else "left" for h in headers]
+
+
+CPU_NOTE = "CPU smoke: these runs show the code paths work; their speed is not a performance claim."
+
+
+def scaling_cell(c: Config, s: Scaling | None) -> str:
+    if s is None:
+        return fmt.NA
+    if s.is_baseline(c):
+        return "baseline"
+    return f"{fmt.pct(s.efficiency, 0)} ({s.mode}, vs ws{s.baseline_ws})"
+
+
+def memory_header(configs: Sequence[Config]) -> tuple[str, bool]:
+    """The memory column's title, and whether cells must say their kind (mixed CPU and GPU)."""
+    kinds = {c.memory_kind for c in configs}
+    if len(kinds) == 1:
+        return f"peak GB ({kinds.pop()})", False
+    return "peak GB", True
+
+
+def mfu_cell(c: Config) -> str:
+    return fmt.mfu(c.mfu) if c.mfu is not None else "n/a"
+
+
+def summary_rows(
+    configs: Sequence[Config], scaling: Mapping[ConfigKey, Scaling]
+) -> tuple[list[str], list[list[Any]], list[str]]:
+    """(headers, rows, header lines naming the columns that do not vary)."""
+    varying: list[tuple[str, Callable[[Config], Any]]] = [
+        ("hardware", lambda c: c.key.hardware),
+        ("model", lambda c: c.key.model),
+        ("seq", lambda c: c.key.seq_len),
+        ("batch", lambda c: f"{c.key.per_device_batch}x{c.key.grad_accum}"),
+        ("dtype", lambda c: c.key.dtype),
+    ]
+    lead: list[tuple[str, Callable[[Config], Any]]] = []
+    fixed: list[str] = []
+    for name, get in varying:
+        values = {get(c) for c in configs}
+        if len(values) > 1:
+            lead.append((name, get))
+        elif values:
+            fixed.append(f"{name} {values.pop()}")
+    mem_title, mem_mixed = memory_header(configs)
+    any_cpu = any(c.is_cpu for c in configs)
+    ws_title = "ranks" if any_cpu else "GPUs"
+    headers = [
+        *(n for n, _ in lead),
+        "strategy",
+        ws_title,
+        "tokens/s",
+        "step s",
+        "CV",
+        mem_title,
+        "scaling",
+        "MFU",
+        "status",
+        "failed checks",
+    ]
+    rows: list[list[Any]] = []
+    for c in configs:
+        mem = fmt.gb(c.memory_gb)
+        if mem_mixed and c.memory_gb is not None:
+            mem += " RSS" if c.is_cpu else " GPU"
+        rows.append(
+            [
+                *(get(c) for _, get in lead),
+                c.strategy,
+                c.world_size,
+                fmt.tokens(c.tokens_per_sec),
+                fmt.seconds(c.step_time),
+                fmt.pct(c.step_time_cv),
+                mem,
+                scaling_cell(c, scaling.get(c.key)),
+                mfu_cell(c),
+                c.status,
+                ", ".join(c.failed_check_names) or "",
+            ]
+        )
+    return headers, rows, fixed
+
+
+def notes(configs: Sequence[Config]) -> list[str]:
+    out: list[str] = []
+    if any(c.is_cpu for c in configs):
+        out.append(CPU_NOTE)
+    reasons = sorted({c.mfu_reason for c in configs if c.mfu is None and c.mfu_reason})
+    out.extend(f"MFU n/a: {r}" for r in reasons)
+    out.append(
+        "scaling: T(N) / ((N/N0) x T(N0)) against ws N0 (1 where a 1-GPU run exists); weak = fixed "
+        "per-device batch, strong = fixed global batch."
+    )
+    return out
+
+
+def summary_table(configs: Sequence[Config], scaling: Mapping[ConfigKey, Scaling]) -> str:
+    """The console table, with its header line and notes, as one string."""
+    headers, rows, fixed = summary_rows(configs, scaling)
+    text = tabulate(
+        rows, headers=headers, tablefmt="simple", disable_numparse=True, colalign=colalign(headers)
+    )
+    lines = []
+    if fixed:
+        lines.append("; ".join(fixed))
+    lines.append(text)
+    lines.extend(notes(configs))
+    return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""Runs inside each rank: a heartbeat file that the launcher reads to tell slow from hung.
+
+Every log record of the run rewrites this rank's progress file with its message; the loop's
+per-step DEBUG records do so at most once a second. The launcher compares the file's age with its
+limit; the message says where the rank was when it went quiet.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+_MIN_INTERVAL_S = 1.0
+
+
+def progress_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank{rank}.progress"
+
+
+class ProgressFile(logging.Handler):
+    def __init__(self, path: Path) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.path = path
+        self._last = 0.0
+        self._write("started")
+
+    def _write(self, message: str) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(message[:500])
+        os.replace(tmp, self.path)  # the launcher never reads half a message
+        self._last = time.monotonic()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # per-step DEBUG records come many times a second: write those at most once a second;
+        # the few INFO-and-above records (phases, warm-up, errors) always
+        if record.levelno < logging.INFO and time.monotonic() - self._last < _MIN_INTERVAL_S:
+            return
+        try:
+            self._write(record.getMessage())
+        except OSError:
+            pass  # a full disk must not end the run; the launcher will see the rank as quiet

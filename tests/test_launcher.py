@@ -1,0 +1,191 @@
+"""Launcher mode (`pytest benchmarks/` without torchrun): each configuration runs as its own
+torchrun group, and no hang, crash or interrupt loses a result or leaves a process behind.
+
+Faults are injected with LLMBENCH_INJECT_FAULT inside the real training step of a real group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import LOOSE_CV
+
+
+def runs(path: Path) -> dict[str, dict]:
+    out = {}
+    for p in path.glob("results/*_results/result.json"):
+        data = json.loads(p.read_text())
+        out[f"{data['strategy']}-ws{data['world_size']}"] = data
+    return out
+
+
+def leftover_processes(marker: str) -> list[str]:
+    """Processes whose command line mentions `marker` (the test's own directory)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline and "llmbench_pytest.worker.main" in cmdline:
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def test_world_sizes_run_as_groups_with_per_rank_logs(bench):
+    result = bench.runpytest_subprocess(
+        "benchmarks", LOOSE_CV, "--llmbench-strategies=ddp,zero2", "--llmbench-world-sizes=1,2,4", "-v", "-rs"
+    )
+    result.assert_outcomes(passed=4, skipped=2)
+    result.stdout.fnmatch_lines(["*test_pretrain?zero2-ws2-seq128-llama-tiny? PASSED*"])
+    result.stdout.fnmatch_lines(["*world size 4 needs 4 CPU cores (one per rank); this machine has *"])
+    found = runs(bench.path)
+    assert set(found) == {"ddp-ws1", "ddp-ws2", "zero2-ws1", "zero2-ws2"}
+    zero2 = found["zero2-ws2"]
+    assert zero2["mode"] == "launcher" and zero2["ranks_per_node"] == 2 and zero2["nodes"] == 1
+    assert zero2["timing"]["launch"]["spawn_to_first_progress_sec"] > 0
+    run_dir = next(bench.path.glob("results/bench-*-zero2-ws2-seq128_results"))
+    for rank in (0, 1):
+        assert "measured 10 steps" in (run_dir / f"rank{rank}.log").read_text()
+    assert "zero2" in run_dir.with_name(run_dir.name.removesuffix("_results") + ".log").name
+
+
+def test_hanging_rank_fails_within_the_limit_and_the_next_test_runs(bench, monkeypatch):
+    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:hang:1")
+    started = time.monotonic()
+    result = bench.runpytest_subprocess(
+        "benchmarks",
+        LOOSE_CV,
+        "--llmbench-strategies=ddp,zero0",
+        "--llmbench-world-sizes=2",
+        "--llmbench-timeout=8",
+        "-v",
+    )
+    elapsed = time.monotonic() - started
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*Failed: ddp error: hang: rank 1 made no progress for * s (limit 18 s; last: 'warmup 2/2 *'); "
+            "last lines of rank1.log:*",
+            "*rank1 INFO warmup 2/2 loss*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*the group was ended (SIGTERM, then SIGKILL).*"])
+    result.stdout.fnmatch_lines(["*test_pretrain?zero0-ws2-seq128-llama-tiny? PASSED*"])
+    assert runs(bench.path)["ddp-ws2"]["status"] == "error"
+    assert elapsed < 150, f"took {elapsed:.0f} s"
+    assert not leftover_processes(str(bench.path))
+
+
+def test_killed_rank_is_reported_with_its_signal(bench, monkeypatch):
+    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:kill:1")
+    result = bench.runpytest_subprocess(
+        "benchmarks", LOOSE_CV, "--llmbench-strategies=ddp,zero0", "--llmbench-world-sizes=2", "-v"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*Failed: ddp error: rank 1 died (signal 9 (SIGKILL)); last lines of rank1.log:*"]
+    )
+    found = runs(bench.path)
+    assert found["ddp-ws2"]["status"] == "error" and found["ddp-ws2"]["failed_ranks"][0] == 1
+    assert found["zero0-ws2"]["status"] == "ok"
+    assert not leftover_processes(str(bench.path))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_interrupt_keeps_finished_results_and_ends_the_workers(bench, monkeypatch, sig):
+    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "zero0:hang")  # zero0 is still running when we stop
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "benchmarks",
+        LOOSE_CV,
+        "--llmbench-strategies=ddp,zero0",
+        "--llmbench-world-sizes=2",
+        "--benchmark-autosave",
+        "--benchmark-storage=file://./store",
+    ]
+    proc = subprocess.Popen(cmd, cwd=bench.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        zero0 = list(bench.path.glob("results/*zero0*/rank0.progress"))
+        if zero0 and "warmup" in zero0[0].read_text():
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("zero0 never started")
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode()[-2000:]
+    found = runs(bench.path)
+    assert found["ddp-ws2"]["status"] == "ok"  # finished before the interrupt: intact
+    assert found["zero0-ws2"]["status"] == "interrupted"
+    (saved,) = bench.path.glob("store/*/0001_*.json")  # the finished run is in benchmark storage
+    assert [b["name"] for b in json.loads(saved.read_text())["benchmarks"]] == [
+        "test_pretrain[ddp-ws2-seq128-llama-tiny]"
+    ]
+    assert not leftover_processes(str(bench.path))
+
+
+def test_repeats_report_mean_and_spread(bench):
+    args = [
+        "benchmarks",
+        LOOSE_CV,
+        "--llmbench-launch=inprocess",
+        "--llmbench-strategies=ddp",
+        "--llmbench-repeat=3",
+    ]
+    result = bench.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=1)
+    files = sorted(bench.path.glob("results/*_results/result.json"))
+    assert len(files) == 3  # every repeat keeps its own result
+    last = json.loads(next(bench.path.glob("results/*-r3_results/result.json")).read_text())
+    rep = last["repeats"]
+    assert rep["count"] == 3 and len(rep["tokens_per_sec"]) == 3 and rep["tokens_per_sec_std"] > 0
+    check = next(c for c in last["checks"] if c["name"] == "repeat_spread")
+    assert check["passed"] is not None
+
+    strict = bench.runpytest_subprocess(*args, "--llmbench-max-repeat-spread=0.0001")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*repeat_spread: ddp: repeats disagree: tokens/s over 3 repeats:*> 0.0%*"])
+
+
+def test_unwritable_results_directory_is_refused_before_training(bench):
+    (bench.path / "a_file").write_text("not a directory")
+    result = bench.runpytest_subprocess("benchmarks", "--llmbench-results-dir=a_file/results")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*results directory '*a_file/results' is not writable (*--llmbench-results-dir=DIR*"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--llmbench-world-sizes=0"], "*--llmbench-world-sizes: must be 1 or more; got 0*"),
+        (["--llmbench-world-sizes=two"], "*--llmbench-world-sizes: must be a whole number; got 'two'*"),
+        (["--llmbench-repeat=0"], "*--llmbench-repeat: must be 1 or more; got 0*"),
+        (["--llmbench-launch=ssh"], "*--llmbench-launch: must be one of torchrun, inprocess; got 'ssh'*"),
+        (["--llmbench-timeout=-5"], "*--llmbench-timeout: must be a number above 0; got '-5'*"),
+        (
+            ["--llmbench-launch=inprocess", "--llmbench-world-sizes=1,2"],
+            "*--llmbench-launch=inprocess runs world size 1 only*got --llmbench-world-sizes=1,2*",
+        ),
+    ],
+)
+def test_bad_launcher_options(bench, args, line):
+    result = bench.runpytest_subprocess("benchmarks", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([line])
