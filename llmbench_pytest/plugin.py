@@ -37,10 +37,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("llmbench", "llmbench: distributed LLM training benchmarks")
     for s in SETTINGS:
         dest = "llmbench_" + s.name
+        cli_help = s.help.replace("%", "%%")  # argparse formats help text with %
         if s.flag:
-            group.addoption(s.option, action="store_true", default=None, dest=dest, help=s.help)
+            group.addoption(s.option, action="store_true", default=None, dest=dest, help=cli_help)
         else:
-            group.addoption(s.option, default=None, dest=dest, metavar=s.metavar, help=s.help)
+            group.addoption(s.option, default=None, dest=dest, metavar=s.metavar, help=cli_help)
         parser.addini(s.ini, help=s.help, default=None)
 
 

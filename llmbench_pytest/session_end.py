@@ -57,7 +57,15 @@ def run_session_gate(session: LlmbenchSession, config: pytest.Config) -> tuple[i
     """Gate this session's results against a saved pytest-benchmark run. Returns (exit code, lines)."""
     import json
 
-    from .report import GateBounds, ReportError, load_records, parse_bound, records_from_results, resolve_saved_run
+    from .report import (
+        GateBounds,
+        ReportError,
+        load_records,
+        parse_bound,
+        records_from_results,
+        resolve_saved_run,
+        run_gate,
+    )
 
     opts = session.options
     try:
@@ -72,8 +80,6 @@ def run_session_gate(session: LlmbenchSession, config: pytest.Config) -> tuple[i
         baseline = load_records(baseline_path)
         results = [json.loads(Path(p).read_text()) for p in session.result_paths if Path(p).exists()]
         current = records_from_results(results)
-        from .report import run_gate
-
         outcome = run_gate(baseline, current, bounds)
     except (ReportError, ValueError) as exc:
         return 2, [f"llmbench gate could not compare: {exc}"]

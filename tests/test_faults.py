@@ -16,7 +16,9 @@ def result_of(bench, name, ws=1):
 
 def test_oom_in_one_configuration_fails_only_that_test(bench, monkeypatch):
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "zero2:oom")
-    result = bench.runpytest_subprocess("benchmarks", LOOSE_CV, "--llmbench-strategies=ddp,zero2,fsdp", "-v")
+    result = bench.runpytest_subprocess(
+        "benchmarks", LOOSE_CV, "--llmbench-strategies=ddp,zero2,fsdp", "--llmbench-world-sizes=1", "-v"
+    )
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -34,7 +36,9 @@ def test_oom_in_one_configuration_fails_only_that_test(bench, monkeypatch):
 
 def test_runtime_error_is_recorded_as_error(bench, monkeypatch):
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:error")
-    result = bench.runpytest_subprocess("benchmarks", LOOSE_CV, "--llmbench-strategies=ddp,zero0")
+    result = bench.runpytest_subprocess(
+        "benchmarks", LOOSE_CV, "--llmbench-strategies=ddp,zero0", "--llmbench-launch=inprocess"
+    )
     result.assert_outcomes(passed=1, failed=1)
     ddp = result_of(bench, "ddp")
     assert ddp["status"] == "error" and "RuntimeError: injected failure" in ddp["error"]

@@ -147,7 +147,7 @@ def test_repeats_report_mean_and_spread(bench):
         "--llmbench-strategies=ddp",
         "--llmbench-repeat=3",
     ]
-    result = bench.runpytest_subprocess(*args)
+    result = bench.runpytest_subprocess(*args, "--llmbench-max-repeat-spread=0.9")  # CPU runs swing
     result.assert_outcomes(passed=1)
     files = sorted(bench.path.glob("results/*_results/result.json"))
     assert len(files) == 3  # every repeat keeps its own result
@@ -155,7 +155,7 @@ def test_repeats_report_mean_and_spread(bench):
     rep = last["repeats"]
     assert rep["count"] == 3 and len(rep["tokens_per_sec"]) == 3 and rep["tokens_per_sec_std"] > 0
     check = next(c for c in last["checks"] if c["name"] == "repeat_spread")
-    assert check["passed"] is not None
+    assert check["passed"] is True and "tokens/s over 3 repeats" in check["message"]
 
     strict = bench.runpytest_subprocess(*args, "--llmbench-max-repeat-spread=0.0001")
     strict.assert_outcomes(failed=1)

@@ -5,8 +5,12 @@ every outcome, so a skip or failure on one rank can neither deadlock nor go unre
 """
 
 import json
+import socket
+import subprocess
 
-from conftest import LOOSE_CV, torchrun
+import yaml
+
+from conftest import LOOSE_CV, REPO, TORCHRUN, torchrun
 from llmbench_pytest.spec import DEFAULT_STRATEGIES
 
 
@@ -100,3 +104,61 @@ def test_ranks_that_collect_different_tests_stop_with_an_error(bench):
     result = torchrun(bench, 2, "test_two.py", timeout=180)
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*ranks collected different tests (rank 0: 2 tests, rank 1: 1 tests)*"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_through_torchruns_own_rendezvous(bench):
+    """Two torchrun agents on one machine stand in for two nodes (c10d rendezvous, gloo)."""
+    port = _free_port()
+    agents = [
+        subprocess.Popen(
+            [
+                *TORCHRUN,
+                "--nnodes=2",
+                "--nproc_per_node=1",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{port}",
+                "--rdzv-id=llmbench-two-nodes",
+                "-m",
+                "pytest",
+                "benchmarks",
+                LOOSE_CV,
+                "--llmbench-strategies=ddp,zero3",
+                "-p",
+                "no:cacheprovider",
+            ],
+            cwd=bench.path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(2)
+    ]
+    outputs = [a.communicate(timeout=400)[0].decode() for a in agents]
+    assert [a.returncode for a in agents] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    files = list(bench.path.glob("results/*_results/result.json"))
+    assert len(files) == 2  # global rank 0 alone wrote
+    for path in files:
+        run = json.loads(path.read_text())
+        assert run["status"] == "ok"
+        assert run["world_size"] == 2 and run["nodes"] == 2 and run["ranks_per_node"] == 1
+
+
+def test_slurm_and_kubernetes_examples_start_the_suite_under_torchrun():
+    sbatch = REPO / "ci" / "slurm" / "llmbench.sbatch"
+    subprocess.run(["bash", "-n", str(sbatch)], check=True)  # parses
+    text = sbatch.read_text()
+    assert "--rdzv-backend=c10d" in text and "-m pytest benchmarks/" in text and "srun" in text
+    job = yaml.safe_load((REPO / "ci" / "kubernetes" / "pytorchjob.yaml").read_text())
+    assert job["kind"] == "PyTorchJob"
+    for role in ("Master", "Worker"):
+        (container,) = job["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["containers"]
+        assert container["command"] == ["torchrun"] and container["args"][:3] == [
+            "-m",
+            "pytest",
+            "benchmarks/",
+        ]

@@ -1,5 +1,6 @@
-"""Every strategy trains for real in one process (a one-rank gloo group), as `pytest benchmarks/`
-runs it, and what it writes is what users read: result.json, logs, pytest-benchmark storage."""
+"""Every strategy trains for real as `pytest benchmarks/` runs it on CPU (world sizes 1 and 2,
+each a torchrun group), and what it writes is what users read: result.json, logs, the
+pytest-benchmark storage that `pytest-benchmark compare` reads."""
 
 import json
 import sys
@@ -12,62 +13,84 @@ from llmbench_pytest.spec import DEFAULT_STRATEGIES
 
 
 def results_of(path):
-    return {
-        json.loads(p.read_text())["strategy"]: json.loads(p.read_text())
-        for p in path.glob("results/*_results/result.json")
-    }
+    out = {}
+    for p in path.glob("results/*_results/result.json"):
+        data = json.loads(p.read_text())
+        out[f"{data['strategy']}-ws{data['world_size']}"] = data
+    return out
 
 
-def test_every_strategy_trains_in_one_process(bench):
+def test_default_matrix_every_strategy_at_world_sizes_1_and_2(bench):
     result = bench.runpytest_subprocess(
         "benchmarks", LOOSE_CV, "--benchmark-autosave", "--benchmark-storage=file://./store", "-v", "-rs"
     )
-    result.assert_outcomes(passed=len(DEFAULT_STRATEGIES) - 1, skipped=1)
-    result.stdout.fnmatch_lines(["*test_pretrain?zero2-ws1-seq128-llama-tiny? PASSED*"])
+    trained = [s for s in DEFAULT_STRATEGIES if s != "zero3_nvme"]
+    result.assert_outcomes(passed=2 * len(trained), skipped=2)
+    result.stdout.fnmatch_lines(["*test_pretrain?zero2-ws2-seq128-llama-tiny? PASSED*"])
     result.stdout.fnmatch_lines(
         ["*SKIPPED*zero3_nvme needs a directory on NVMe: pass --llmbench-nvme-path=DIR*"]
     )
 
     runs = results_of(bench.path)
-    assert set(runs) == set(DEFAULT_STRATEGIES) - {"zero3_nvme"}
+    assert set(runs) == {f"{s}-ws{w}" for s in trained for w in (1, 2)}
     for name, run in runs.items():
         assert tuple(run)[: len(SEED_FIELDS)] == SEED_FIELDS
-        assert run["status"] == "ok" and run["error"] is None
-        assert run["world_size"] == 1 and run["steps"] == 10 and run["device"] == "cpu"
-        assert run["tokens_per_sec"] == pytest.approx(2 * 128 / run["mean_step_time_sec"])
+        assert run["status"] == "ok" and run["error"] is None, name
+        assert run["steps"] == 10 and run["device"] == "cpu" and run["mode"] == "launcher"
+        ws = run["world_size"]
+        assert run["tokens_per_sec"] == pytest.approx(ws * 2 * 128 / run["mean_step_time_sec"])
         assert run["last_loss"] < run["first_loss"], name  # synthetic data is learnable
-        assert len(run["step_times_sec"]) == 10
-        assert {c["name"] for c in run["checks"]} == {
+        assert len(run["step_times_sec"]) == 10 and len(run["per_rank"]) == ws
+        assert {c["name"] for c in run["checks"]} >= {
             "peak_memory",
             "step_time_cv",
             "loss_falls",
             "sharding_order",
         }
         assert run["metadata"]["torch"] and run["metadata"]["transformers"]
-        log = bench.path / "results" / f"bench-{run['metadata']['host'].split('.')[0]}-{name}-ws1-seq128.log"
-        assert "measured 10 steps" in log.read_text()
-    assert runs["zero3"]["strategy_config"]["deepspeed_config"]["zero_optimization"]["stage"] == 3
-    assert runs["zero2_offload"]["strategy_config"]["deepspeed_config"]["zero_optimization"][
+    # at world size 2 the suite's own sharding check passed, on measured model states
+    for name in ("fsdp", "fsdp_grad_op", "zero1", "zero2", "zero3"):
+        check = next(c for c in runs[f"{name}-ws2"]["checks"] if c["name"] == "sharding_order")
+        assert check["passed"] is True, check
+    assert runs["zero3-ws1"]["strategy_config"]["deepspeed_config"]["zero_optimization"]["stage"] == 3
+    assert runs["zero2_offload-ws2"]["strategy_config"]["deepspeed_config"]["zero_optimization"][
         "offload_optimizer"
     ]
-    assert runs["fsdp_grad_op"]["strategy_config"]["reshard_after_forward"] is False
+    assert runs["fsdp_grad_op-ws1"]["strategy_config"]["reshard_after_forward"] is False
 
     # pytest-benchmark holds the measured steps: its own compare command reads our run
     (saved,) = (bench.path / "store").rglob("0001_*.json")
     data = json.loads(saved.read_text())
     by_name = {b["name"]: b for b in data["benchmarks"]}
-    zero2 = by_name["test_pretrain[zero2-ws1-seq128-llama-tiny]"]
+    zero2 = by_name["test_pretrain[zero2-ws2-seq128-llama-tiny]"]
     assert zero2["stats"]["rounds"] == 10
-    assert zero2["stats"]["mean"] == pytest.approx(runs["zero2"]["mean_step_time_sec"])
-    assert zero2["extra_info"]["tokens_per_sec"] == pytest.approx(runs["zero2"]["tokens_per_sec"])
+    assert zero2["stats"]["mean"] == pytest.approx(runs["zero2-ws2"]["mean_step_time_sec"])
+    assert zero2["extra_info"]["tokens_per_sec"] == pytest.approx(runs["zero2-ws2"]["tokens_per_sec"])
     assert data["machine_info"]["llmbench"]["torch"]
     compare = bench.run(
         sys.executable, "-m", "pytest_benchmark", "--storage", "file://./store", "compare", "0001"
     )
     assert compare.ret == 0
     compare.stdout.fnmatch_lines(
-        ["*test_pretrain?ddp-ws1-seq128-llama-tiny?*", "*test_pretrain?zero3-ws1-seq128-llama-tiny?*"]
+        ["*test_pretrain?ddp-ws1-seq128-llama-tiny?*", "*test_pretrain?zero3-ws2-seq128-llama-tiny?*"]
     )
+
+
+def test_in_process_one_rank_group(bench):
+    result = bench.runpytest_subprocess(
+        "benchmarks", LOOSE_CV, "--llmbench-launch=inprocess", "--llmbench-strategies=ddp,fsdp,zero2"
+    )
+    result.assert_outcomes(passed=3)
+    runs = results_of(bench.path)
+    assert set(runs) == {"ddp-ws1", "fsdp-ws1", "zero2-ws1"}
+    for run in runs.values():
+        assert run["mode"] == "in-process" and run["status"] == "ok"
+        log = (
+            bench.path
+            / "results"
+            / f"bench-{run['metadata']['host'].split('.')[0]}-{run['strategy']}-ws1-seq128.log"
+        )
+        assert "measured 10 steps" in log.read_text()
 
 
 def _rescaled_copy(store, factor, number):
@@ -83,7 +106,8 @@ def _rescaled_copy(store, factor, number):
 
 
 def test_compare_fail_gates_on_our_step_times(bench):
-    args = ["benchmarks", LOOSE_CV, "--llmbench-strategies=ddp", "--benchmark-storage=file://./store"]
+    args = ["benchmarks", LOOSE_CV, "--llmbench-strategies=ddp", "--llmbench-launch=inprocess"]
+    args.append("--benchmark-storage=file://./store")
     bench.runpytest_subprocess(*args, "--benchmark-autosave").assert_outcomes(passed=1)
     store = bench.path / "store"
     _rescaled_copy(store, 0.01, 2)  # a baseline 100x faster than this machine: a regression
@@ -113,6 +137,8 @@ def test_marker_overrides_the_session_settings(bench):
             assert result.model == "gpt2-tiny" and result.steps == 3
         """
     )
-    result = bench.runpytest_subprocess("test_gpt2.py", "-v", "--benchmark-disable")
+    result = bench.runpytest_subprocess(
+        "test_gpt2.py", "-v", "--benchmark-disable", "--llmbench-world-sizes=1"
+    )
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*test_gpt2?zero1-ws1-seq96-gpt2-tiny? PASSED*"])

@@ -36,7 +36,8 @@ class LoopSamples:
     warmup_losses: list[float]
     window_s: float
     timing_method: str
-    census_bytes: int
+    census: dict[str, int]
+    """Live tensor bytes by device type after the census step's backward."""
     h2d_bytes: int
     memory: dict[str, int | bool | None] = field(default_factory=dict)
 
@@ -116,7 +117,7 @@ def timed_loop(
         warmup_losses=warmup_losses,
         window_s=clock.window_s,
         timing_method=clock.method,
-        census_bytes=census,
+        census=census,
         h2d_bytes=h2d,
         memory=memory,
     )

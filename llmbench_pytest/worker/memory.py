@@ -5,7 +5,8 @@
 - Model states are counted by a census of live tensors: every tensor the process holds, each
   storage once, taken after backward and before the optimizer step, when parameters, gradients
   and optimizer state all exist and activations are gone. It reads what the strategy actually
-  allocated on this rank (a sharded parameter counts its local shard), on CPU and GPU alike.
+  allocated on this rank (a sharded parameter counts its local shard), on CPU and GPU alike, and
+  keeps the device's share apart from host memory (where offload puts states).
 - On the CPU the process's peak resident set (VmHWM) stands in for device memory; Linux lets a
   process reset it, so it too covers only the measured steps.
 """
@@ -19,10 +20,10 @@ from pathlib import Path
 import torch
 
 
-def census_bytes(device_type: str | None = None) -> int:
-    """Bytes of distinct tensor storages alive in this process (optionally on one device type)."""
+def census_bytes() -> dict[str, int]:
+    """Bytes of distinct tensor storages alive in this process, by device type (cuda, cpu)."""
     seen: set[int] = set()
-    total = 0
+    totals: dict[str, int] = {}
     for obj in gc.get_objects():
         # type() rather than isinstance(): isinstance reads __class__, which some lazy
         # objects (deprecated torch aliases) answer with a warning
@@ -39,11 +40,10 @@ def census_bytes(device_type: str | None = None) -> int:
             continue  # meta or wrapper tensors own no memory
         if ptr == 0 or ptr in seen:
             continue
-        if device_type is not None and storage.device.type != device_type:
-            continue
         seen.add(ptr)
-        total += storage.nbytes()
-    return total
+        kind = storage.device.type
+        totals[kind] = totals.get(kind, 0) + storage.nbytes()
+    return totals
 
 
 _CLEAR_REFS = Path("/proc/self/clear_refs")
