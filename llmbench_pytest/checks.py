@@ -194,4 +194,31 @@ def check_repeat_spread(result: Mapping[str, Any], max_spread: float) -> CheckOu
     )
 
 
-CHECKS = ("memory", "step_time_cv", "loss_falls", "sharding", "repeat_spread")
+TIMING_AGREEMENT = 0.02
+"""CUDA events summed over the steps may differ from the host clock around the window by 2%."""
+
+
+def check_timing(result: Mapping[str, Any]) -> CheckOutcome:
+    """On a GPU, per-step CUDA events and synchronize + host clock tell the same time."""
+    name = "timing_agreement"
+    timing = result.get("timing") or {}
+    gap = timing.get("events_vs_clock")
+    if result.get("device") != "cuda" or gap is None:
+        return CheckOutcome(name, None, "CPU steps are timed by the host clock alone")
+    detail = (
+        f"CUDA events sum to {timing['sum_of_steps_sec']:.4f} s, the host clock around the synchronized "
+        f"window reads {timing['window_sec']:.4f} s ({gap:+.2%})"
+    )
+    if abs(gap) <= TIMING_AGREEMENT:
+        return CheckOutcome(name, True, f"{detail}, within {TIMING_AGREEMENT:.0%}", gap, TIMING_AGREEMENT)
+    return CheckOutcome(
+        name,
+        False,
+        f"{result.get('strategy')}: {detail}, beyond {TIMING_AGREEMENT:.0%}: time passed between steps "
+        "that no step accounts for (host stalls, data loading, other processes on the GPU).",
+        gap,
+        TIMING_AGREEMENT,
+    )
+
+
+CHECKS = ("memory", "step_time_cv", "loss_falls", "sharding", "repeat_spread", "timing")

@@ -39,6 +39,10 @@ from .spec import RunSpec
 log = logging.getLogger("llmbench")
 
 
+class LlmbenchWarning(UserWarning):
+    """Something about a run the user should know that does not fail it (no MFU, throttling)."""
+
+
 class LlmbenchFixture:
     def __init__(
         self, request: pytest.FixtureRequest, benchmark: Any, session: LlmbenchSession, spec: RunSpec
@@ -84,7 +88,8 @@ class LlmbenchFixture:
             log.addHandler(handler)
         log.setLevel(logging.INFO)
         try:
-            return run_benchmark(self.spec, self.session.dist(), log, from_rootdir)
+            trace_dir = paths.directory if paths is not None else None
+            return run_benchmark(self.spec, self.session.dist(), log, from_rootdir, trace_dir)
         finally:
             if handler is not None:
                 log.removeHandler(handler)
@@ -133,6 +138,11 @@ class LlmbenchFixture:
         recording.record(self.benchmark, {**result.data, "step_times_sec": step_times}, _path(result))
         self.session.remember(result.data)
         self.result = result
+        if result["device"] == "cuda" and result["mfu"] is None and result["status"] == "ok":
+            self.request.node.warn(LlmbenchWarning(f"no MFU for {self.spec.name}: {result['mfu_reason']}"))
+        if result.get("throttled"):
+            reasons = ", ".join(result.get("throttle_reasons") or [])
+            self.request.node.warn(LlmbenchWarning(f"{self.spec.name}: the GPU throttled ({reasons})"))
         if result["status"] != "ok":
             where = f"\nresult: {result.path}" if result.path else ""
             pytest.fail(f"{self.spec.name} {result['status']}: {result['error']}{where}")
@@ -150,6 +160,7 @@ class LlmbenchFixture:
         runs of this session with the same model, shapes and world size.
         repeat_spread: with --llmbench-repeat, every repeat's tokens/s within
         --llmbench-max-repeat-spread (5%) of their mean.
+        timing: on a GPU, the per-step CUDA events agree with the host clock around the window (2%).
         """
         __tracebackhide__ = True  # a failed check points at the test's line, not at this helper
         result = result or self.result
@@ -167,6 +178,7 @@ class LlmbenchFixture:
             "loss_falls": lambda: checks.check_loss_falls(data),
             "sharding": lambda: checks.check_sharding(data, self.session.peers(data)),
             "repeat_spread": lambda: checks.check_repeat_spread(data, opts.max_repeat_spread),
+            "timing": lambda: checks.check_timing(data),
         }
         outcomes = [run[name]() for name in wanted]
         data["checks"] = [o.to_dict() for o in outcomes]

@@ -18,6 +18,8 @@ from .spec import DEFAULT_STRATEGIES, RunSpec, SpecError, parse_strategy
 
 CPU_STEPS, CPU_WARMUP = 10, 2
 GPU_STEPS, GPU_WARMUP = 30, 5
+PROFILED_STEPS = 2
+"""Untimed steps under the profiler after the window: always on GPU, on CPU with --llmbench-profile."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,9 @@ def build_matrix(
                     lr=opts.lr,
                     seed=opts.seed,
                     device=hw.device,  # type: ignore[arg-type]
+                    compile=opts.compile,
+                    profile_steps=PROFILED_STEPS if (cuda or opts.profile) else 0,
+                    trace=opts.profile,
                 )
             except SpecError as exc:
                 if opts.strategies != DEFAULT_STRATEGIES:

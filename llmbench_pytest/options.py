@@ -184,6 +184,20 @@ SETTINGS: tuple[Setting, ...] = (
         "DTYPE",
     ),
     Setting("grad_ckpt", "activation checkpointing: recompute activations in backward.", _bool, flag=True),
+    Setting(
+        "compile",
+        "torch.compile each transformer block before the strategy wraps the model (recorded in the result).",
+        _bool,
+        flag=True,
+    ),
+    Setting(
+        "profile",
+        "keep a torch.profiler trace of two untimed steps after the window from rank 0 "
+        "(trace_rank0.json beside the result; open in ui.perfetto.dev or TensorBoard). On a GPU those "
+        "steps always run, to measure collectives and host-device copies; on CPU only with this.",
+        _bool,
+        flag=True,
+    ),
     Setting("results_dir", "where result.json files and logs go (default: results).", _path, "DIR"),
     Setting(
         "vram_limit_gb",
@@ -295,6 +309,8 @@ class SessionOptions:
     warmup: int | None = None
     dtype: str = "auto"
     grad_ckpt: bool = False
+    compile: bool = False
+    profile: bool = False
     results_dir: str = "results"
     vram_limit_gb: float | None = None
     max_cv: float = 0.10

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import comm_model, memory_model
 from .flops import mfu, tflops_per_gpu
 from .measurement import Measurement
 from .presets import gpu_peak
@@ -174,6 +175,18 @@ def build_result(
     elif not m.ok:
         mfu_reason = f"run did not finish ({m.status})"
 
+    traces = [r["trace"] for r in m.per_rank if r.get("trace")]
+    if ok and traces and traces[0].get("h2d_bytes_per_step") is not None:
+        # measured: the profiler's host-to-device copies per step, over the window's step time
+        h2d_gbps = max(t["h2d_bytes_per_step"] for t in traces) / s.mean / GB
+        h2d_source = f"torch.profiler memcpy HtoD over {spec.profile_steps} untimed steps / mean step time"
+    else:
+        h2d_source = "input batches copied in the window" if h2d_gbps is not None else None
+    params = m.model.get("params")
+    predicted = memory_model.predicted_gb(spec.strategy, spec.offload, spec.world_size, spec.dtype, params)
+    measured_states = _gb(_max_rank(m.per_rank, "census_bytes"))
+    gap = memory_model.gap(measured_states, predicted)
+    monitors = [r["gpu_monitor"] for r in m.per_rank if r.get("gpu_monitor")]
     losses = m.losses
     result: dict[str, Any] = {
         # seed 000's fields, in its order
@@ -199,6 +212,7 @@ def build_result(
         "dtype": spec.dtype,
         "offload": spec.offload,
         "grad_ckpt": spec.grad_ckpt,
+        "compile": spec.compile,
         "device": device,
         "gpu_name": env.get("gpu_name"),
         "nodes": meta.get("nodes", 1),
@@ -212,8 +226,22 @@ def build_result(
         "step_time_cv": _finite(s.cv) if ok else None,
         "peak_reserved_gb": _gb(peak_reserved),
         "peak_host_rss_gb": _gb(_max_rank(m.per_rank, "peak_rss_bytes")),
-        "model_state_gb": _gb(_max_rank(m.per_rank, "census_bytes")),
+        "model_state_gb": measured_states,
         "model_state_host_gb": _gb(_max_rank(m.per_rank, "census_host_bytes")),
+        "model_state_predicted_gb": predicted,
+        "model_state_gap": gap,
+        "model_state_flag": _gap_flag(measured_states, predicted, gap),
+        "h2d_source": h2d_source,
+        "h2d_link_gbps": _min_rank(m.per_rank, "h2d_link_gbps"),
+        "communication": _communication(spec, m, traces, s.mean if ok else None),
+        "gpu_util_pct": _mean([g["util_pct_mean"] for g in monitors]),
+        "gpu_power_w": _mean([g["power_w_mean"] for g in monitors]),
+        "sm_clock_mhz": _mean([g["sm_clock_mhz_mean"] for g in monitors]),
+        "throttled": any(g["throttled"] for g in monitors) if monitors else None,
+        "throttle_reasons": sorted({k for g in monitors for k in g["clock_event_reasons"]})
+        if monitors
+        else None,
+        "gpu_monitor_error": _first(m.per_rank, "gpu_monitor_error") if device == "cuda" else None,
         "flops_per_token": flops_per_token,
         "tflops_per_gpu": tflops,
         "mfu": mfu_value,
@@ -229,6 +257,10 @@ def build_result(
             "sum_of_steps_sec": sum(m.step_times) if m.step_times else None,
             "setup_sec": m.setup_s,
             "launch": meta.get("launch"),
+            # CUDA events summed over the steps against the host clock around the window
+            "events_vs_clock": (sum(m.step_times) / m.window_s - 1)
+            if (m.step_times and m.window_s)
+            else None,
         },
         "step_times_sec": m.step_times,
         "losses": losses,
@@ -250,6 +282,59 @@ def build_result(
     return result
 
 
+def _gap_flag(measured: float | None, predicted: float | None, gap: float | None) -> str | None:
+    if gap is None or measured is None or not predicted or abs(gap) <= memory_model.GAP_FLAG:
+        return None
+    return (
+        f"measured model states {measured:.3f} GB are {gap:+.0%} off the ZeRO-paper prediction "
+        f"{predicted:.3f} GB"
+    )
+
+
+def _first(per_rank: list[dict[str, Any]], key: str) -> Any:
+    return next((r[key] for r in per_rank if r.get(key)), None)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _min_rank(per_rank: list[dict[str, Any]], key: str) -> Any:
+    values = [r[key] for r in per_rank if r.get(key) is not None]
+    return min(values) if values else None
+
+
+def _communication(
+    spec: RunSpec, m: Measurement, traces: list[dict[str, Any]], mean_step: float | None
+) -> dict[str, Any] | None:
+    """Analytical bus volume per step next to the profiler's time in collectives (seed 004)."""
+    params = m.model.get("params")
+    if not params or mean_step is None:
+        return None
+    volume = comm_model.per_step(spec.strategy, params, spec.world_size, spec.dtype, spec.grad_accum)
+    out: dict[str, Any] = {
+        "bus_bytes_per_step": volume.bus_bytes,
+        "collectives": [list(c) for c in volume.collectives],
+        "model": "ZeRO paper section 7 volumes, ring collectives (comm_model.py)",
+    }
+    if traces:
+        worst = max(traces, key=lambda t: t["comm_sec_per_step"])
+        comm = worst["comm_sec_per_step"]
+        exposed = worst.get("comm_exposed_sec_per_step")
+        out.update(
+            comm_sec_per_step=comm,
+            comm_exposed_sec_per_step=exposed,
+            compute_sec_per_step=worst.get("compute_sec_per_step"),
+            collectives_per_step=worst["collectives_per_step"],
+            comm_fraction_of_step=comm / mean_step,
+            exposed_fraction_of_step=exposed / mean_step if exposed is not None else None,
+            bus_gbps=volume.bus_bytes / comm / GB if comm > 0 and volume.bus_bytes else None,
+            source=f"torch.profiler over {spec.profile_steps} untimed steps after the window, "
+            "the rank with the most time in collectives",
+        )
+    return out
+
+
 def _rank_view(r: dict[str, Any]) -> dict[str, Any]:
     return {
         "rank": r.get("rank"),
@@ -262,6 +347,9 @@ def _rank_view(r: dict[str, Any]) -> dict[str, Any]:
         "peak_host_rss_gb": _gb(r.get("peak_rss_bytes")),
         "device_total_gb": _gb(r.get("device_total_bytes")),
         "alloc_retries": r.get("alloc_retries"),
+        "h2d_link_gbps": r.get("h2d_link_gbps"),
+        "gpu_monitor": r.get("gpu_monitor"),
+        "profile": r.get("trace"),
     }
 
 

@@ -160,6 +160,12 @@ class RunSpec:
     """Seed for weights and synthetic data, the same on every rank."""
     device: Literal["cuda", "cpu"] = "cpu"
     """Where the model trains; cuda means one GPU per rank."""
+    compile: bool = False
+    """torch.compile each transformer block before the strategy wraps the model."""
+    profile_steps: int = 0
+    """Untimed steps after the window run under torch.profiler (collectives, host-device copies)."""
+    trace: bool = False
+    """Keep rank 0's profiler trace of those steps beside the result (Perfetto, TensorBoard)."""
     extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     """Options later workloads add (kept out of equality so RunSpecs stay comparable)."""
 
@@ -169,6 +175,10 @@ class RunSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"{name} must be a whole number of at least 1; got {value!r}.")
+        if not isinstance(self.profile_steps, int) or self.profile_steps < 0:
+            raise SpecError(f"profile_steps must be 0 or more; got {self.profile_steps!r}.")
+        if self.trace and self.profile_steps < 1:
+            raise SpecError("a profiler trace needs profiled steps: profile_steps must be 1 or more.")
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise SpecError(f"warmup must be a whole number of steps, 0 or more; got {self.warmup!r}.")
         if self.dtype not in DTYPES:

@@ -4,7 +4,8 @@ Warm-up steps run first and are left out of every number. During the measured st
 waits for the device: losses stay on the device until the window closes, step times come from
 events, and the only host work is queueing the step. After the window one more, untimed step
 takes a census of live tensors between its backward and its optimizer step, when parameters,
-gradients and optimizer state all exist.
+gradients and optimizer state all exist; then, if asked, a few steps run under the profiler.
+NVML samples the GPU in a background thread for the length of the window.
 """
 
 from __future__ import annotations
@@ -13,17 +14,23 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..spec import RunSpec
 from .faults import maybe_inject
 from .memory import PeakMemory, census_bytes
+from .monitor import GpuMonitor
+from .profiling import profile_steps
 from .strategies import Strategy
 from .timing import StepClock
 
-EXTRA_STEPS = 1
-"""Untimed steps after the window (the census step); the data feed must cover them."""
+
+def extra_steps(spec: RunSpec) -> int:
+    """Untimed steps after the window (the census step, the profiled steps): the feed covers them."""
+    return 1 + spec.profile_steps
 
 
 @dataclass
@@ -40,6 +47,10 @@ class LoopSamples:
     """Live tensor bytes by device type after the census step's backward."""
     h2d_bytes: int
     memory: dict[str, int | bool | None] = field(default_factory=dict)
+    gpu_monitor: dict[str, Any] | None = None
+    gpu_monitor_error: str | None = None
+    trace: dict[str, Any] | None = None
+    """TraceSummary of the profiled steps."""
 
 
 class _Feed:
@@ -69,6 +80,7 @@ def timed_loop(
     device: torch.device,
     log: logging.Logger,
     rank: int = 0,
+    trace_path: Path | None = None,
 ) -> LoopSamples:
     accum = spec.grad_accum
     feed = _Feed(batches, device)
@@ -86,6 +98,8 @@ def timed_loop(
     peak.reset()
     step_losses: list[torch.Tensor] = []
     every = max(1, spec.steps // 10)
+    monitor = GpuMonitor(device)
+    monitor.start()
     started = time.perf_counter()
     clock.start_window()
     for i in range(spec.steps):
@@ -100,12 +114,28 @@ def timed_loop(
         if (i + 1) % every == 0 and i + 1 < spec.steps:
             log.info("step %d/%d queued after %.1f s", i + 1, spec.steps, time.perf_counter() - started)
     clock.end_window()
+    gpu = monitor.stop()
     memory = peak.read()
     h2d = feed.h2d_bytes
 
     _backward(strategy, feed, accum)
     census = census_bytes()
     strategy.optimizer_step()
+
+    trace = None
+    if spec.profile_steps:
+
+        def step() -> None:
+            _backward(strategy, feed, accum)
+            strategy.optimizer_step()
+
+        keep = trace_path if (spec.trace and rank == 0) else None
+        trace = profile_steps(step, spec.profile_steps, device, keep).to_dict()
+        log.info(
+            "profiled %d steps: %.4f s in collectives per step",
+            spec.profile_steps,
+            trace["comm_sec_per_step"],
+        )
 
     losses = [float(v) for v in torch.stack(step_losses).float().cpu()]
     log.info(
@@ -120,4 +150,7 @@ def timed_loop(
         census=census,
         h2d_bytes=h2d,
         memory=memory,
+        gpu_monitor=gpu,
+        gpu_monitor_error=monitor.error,
+        trace=trace,
     )

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.from_dict(job["spec"])
     log.info("rank %d of %d on %s: %s", env.rank, env.world_size, os.uname().nodename, spec.name)
     ctx = dist.init(env, spec.device, float(job["timeout_s"]))
-    measurement = run_benchmark(spec, ctx, log, job.get("repo_dir"))
+    measurement = run_benchmark(spec, ctx, log, job.get("repo_dir"), trace_dir=run_dir)
     if env.rank == 0:
         write_json_atomic(run_dir / MEASUREMENT_FILE, measurement.to_dict())
     log.info("done: %s", measurement.status)

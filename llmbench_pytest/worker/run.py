@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,9 +23,10 @@ from ..spec import RunSpec
 from . import env_info
 from .data import rank_batches
 from .dist import DistContext, all_gather_object, max_over_ranks, mean_over_ranks
-from .loop import EXTRA_STEPS, LoopSamples, timed_loop
+from .loop import LoopSamples, extra_steps, timed_loop
 from .memory import release
 from .models import build_model
+from .probes import h2d_link_gbps
 from .strategies import make_strategy
 
 
@@ -45,11 +47,16 @@ def _describe_error(exc: BaseException) -> str:
 
 
 def run_benchmark(
-    spec: RunSpec, ctx: DistContext, log: logging.Logger, repo_dir: str | None = None
+    spec: RunSpec,
+    ctx: DistContext,
+    log: logging.Logger,
+    repo_dir: str | None = None,
+    trace_dir: Path | None = None,
 ) -> Measurement:
     preset = resolve_model(spec.model)
     started = time.perf_counter()
     samples: LoopSamples | None = None
+    link: float | None = None
     model_summary: dict[str, Any] = {}
     strategy_info: dict[str, Any] = {}
     setup_s: float | None = None
@@ -63,7 +70,7 @@ def run_benchmark(
         strategy = make_strategy(spec)
         strategy.setup(built, spec, ctx)
         strategy_info = strategy.describe()
-        count = (spec.warmup + spec.steps + EXTRA_STEPS) * spec.grad_accum
+        count = (spec.warmup + spec.steps + extra_steps(spec)) * spec.grad_accum
         batches = rank_batches(
             spec.seed,
             ctx.rank,
@@ -74,9 +81,11 @@ def run_benchmark(
             built.vocab_size,
             pin=ctx.device.type == "cuda",
         )
+        link = h2d_link_gbps(ctx.device)
         setup_s = time.perf_counter() - started
         log.info("%s ready in %.1f s", spec.name, setup_s)
-        samples = timed_loop(strategy, batches, spec, ctx.device, log, ctx.rank)
+        trace_path = trace_dir / f"trace_rank{ctx.rank}.json" if trace_dir is not None else None
+        samples = timed_loop(strategy, batches, spec, ctx.device, log, ctx.rank, trace_path)
     except Exception as exc:
         status, error = classify(exc), f"rank {ctx.rank}: {_describe_error(exc)}"
         log.error("%s failed (%s): %s", spec.name, status, error)
@@ -91,7 +100,8 @@ def run_benchmark(
                 log.warning("closing %s failed: %s", spec.name, close_exc)
         strategy = built = None
         release(ctx.device)
-    return combine(spec, ctx, status, error, samples, model_summary, strategy_info, setup_s, repo_dir)
+    extras = {"h2d_link_gbps": link}
+    return combine(spec, ctx, status, error, samples, model_summary, strategy_info, setup_s, repo_dir, extras)
 
 
 def combine(
@@ -104,9 +114,10 @@ def combine(
     strategy_info: dict[str, Any],
     setup_s: float | None,
     repo_dir: str | None,
+    rank_extras: dict[str, Any] | None = None,
 ) -> Measurement:
     """Gather every rank's outcome and samples; the result is identical on all ranks."""
-    mine: dict[str, Any] = {"rank": ctx.rank, "status": status, "error": error}
+    mine: dict[str, Any] = {"rank": ctx.rank, "status": status, "error": error, **(rank_extras or {})}
     if samples is not None:
         mine.update(
             mean_step_time_sec=sum(samples.step_times) / len(samples.step_times),
@@ -115,6 +126,9 @@ def combine(
             census_host_bytes=samples.census.get("cpu", 0) if ctx.device.type == "cuda" else None,
             h2d_bytes=samples.h2d_bytes,
             window_s=samples.window_s,
+            gpu_monitor=samples.gpu_monitor,
+            gpu_monitor_error=samples.gpu_monitor_error,
+            trace=samples.trace,
             **samples.memory,
         )
     ranks: list[dict[str, Any]] = all_gather_object(ctx, mine)  # type: ignore[assignment]

@@ -11,12 +11,13 @@ from torch.nn.parallel import DistributedDataParallel
 from ...spec import RunSpec
 from ..dist import DistContext
 from ..models import BuiltModel
-from .base import adamw, autocast, optimizer_kind
+from .base import adamw, autocast, compile_blocks, optimizer_kind
 
 
 class DDPStrategy:
     def setup(self, built: BuiltModel, spec: RunSpec, ctx: DistContext) -> None:
         self.built, self.spec, self.device = built, spec, ctx.device
+        self.compiled = compile_blocks(built) if spec.compile else 0
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         # gradients live in the all-reduce buckets instead of beside them: one copy, not two
         self.model = DistributedDataParallel(
@@ -52,6 +53,7 @@ class DDPStrategy:
             else "none",
             "loss_scaling": "torch.amp.GradScaler" if self.scaler else None,
             "optimizer": optimizer_kind(self.device),
+            "compiled_blocks": self.compiled,
         }
 
     def close(self) -> None:

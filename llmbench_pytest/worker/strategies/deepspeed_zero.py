@@ -19,6 +19,7 @@ import torch
 from ...spec import RunSpec
 from ..dist import DistContext
 from ..models import BuiltModel
+from .base import compile_blocks
 
 # DeepSpeed's op builder parses TORCH_CUDA_ARCH_LIST entries as integers and so rejects the
 # arch-specific suffixes PyTorch accepts ("9.0a" for Hopper: DeepSpeed issue 7589). Its kernels
@@ -111,6 +112,7 @@ class DeepSpeedStrategy:
 
         ds_logger.setLevel(logging.WARNING)
         self.built, self.spec = built, spec
+        self.compiled = compile_blocks(built) if spec.compile else 0
         self.config = build_config(spec, built.hidden_size, ctx.device)
         # the default process group already exists; DeepSpeed joins it instead of making one
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
@@ -140,6 +142,7 @@ class DeepSpeedStrategy:
             "deepspeed_version": self.version,
             "zero_optimizer": type(self.optimizer).__name__,
             "deepspeed_config": self.config,
+            "compiled_blocks": self.compiled,
         }
         if os.environ.get("TORCH_CUDA_ARCH_LIST") != self.arch_list_before:
             out["torch_cuda_arch_list"] = {

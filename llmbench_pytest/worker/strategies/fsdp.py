@@ -17,7 +17,7 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from ...spec import RunSpec
 from ..dist import DistContext
 from ..models import BuiltModel
-from .base import AMP_DTYPES, adamw, optimizer_kind
+from .base import AMP_DTYPES, adamw, compile_blocks, optimizer_kind
 
 
 class FSDPStrategy:
@@ -26,6 +26,7 @@ class FSDPStrategy:
 
     def setup(self, built: BuiltModel, spec: RunSpec, ctx: DistContext) -> None:
         self.built, self.spec, self.device = built, spec, ctx.device
+        self.compiled = compile_blocks(built) if spec.compile else 0
         mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
         policy = MixedPrecisionPolicy()
         if spec.dtype in AMP_DTYPES:
@@ -69,6 +70,7 @@ class FSDPStrategy:
             else "none",
             "loss_scaling": "ShardedGradScaler" if self.scaler else None,
             "optimizer": optimizer_kind(self.device),
+            "compiled_blocks": self.compiled,
         }
 
     def close(self) -> None:

@@ -1,0 +1,100 @@
+"""Reads a torch.profiler Chrome trace: time in collectives, how much of it compute did not hide,
+and the bytes copied between host and device. Standard library only (a trace is JSON).
+
+On a GPU the collectives are the NCCL kernels and compute is every other kernel; a collective
+counts as exposed where no compute kernel runs at the same time. On a CPU (gloo) the collectives
+are the `gloo:*` annotations; they run on gloo's threads, so exposure is not computed there.
+Times are unions of intervals, so overlapping collectives on several streams count once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    steps: int
+    comm_sec_per_step: float
+    comm_exposed_sec_per_step: float | None
+    compute_sec_per_step: float | None
+    h2d_bytes_per_step: float | None
+    d2h_bytes_per_step: float | None
+    collectives_per_step: float
+    span_sec_per_step: float
+    """Wall span of the profiled steps (first to last event), per step; the profiler slows steps."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(e - s for s, e in intervals)
+
+
+def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Total length where two sorted, merged interval lists overlap."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def summarize(trace: dict[str, Any], steps: int, device: str) -> TraceSummary:
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    us = 1e-6
+    comm: list[tuple[float, float]] = []
+    compute: list[tuple[float, float]] = []
+    h2d = d2h = 0.0
+    copies = 0
+    for e in events:
+        name, cat = str(e.get("name", "")), e.get("cat", "")
+        span = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        if device == "cuda":
+            if cat == "kernel":
+                (comm if "nccl" in name.lower() else compute).append(span)
+            elif cat == "gpu_memcpy":
+                nbytes = float((e.get("args") or {}).get("bytes", 0))
+                copies += 1
+                if "HtoD" in name:
+                    h2d += nbytes
+                elif "DtoH" in name:
+                    d2h += nbytes
+        elif cat == "user_annotation" and name.startswith("gloo:"):
+            comm.append(span)
+    comm_u, compute_u = _union(comm), _union(compute)
+    starts = [float(e["ts"]) for e in events]
+    ends = [float(e["ts"]) + float(e["dur"]) for e in events]
+    span_s = (max(ends) - min(starts)) * us if events else 0.0
+    n = max(1, steps)
+    on_gpu = device == "cuda"
+    exposed = _length(comm_u) - _intersection(comm_u, compute_u)
+    return TraceSummary(
+        steps=steps,
+        comm_sec_per_step=_length(comm_u) * us / n,
+        comm_exposed_sec_per_step=exposed * us / n if on_gpu else None,
+        compute_sec_per_step=_length(compute_u) * us / n if on_gpu else None,
+        h2d_bytes_per_step=h2d / n if on_gpu else None,
+        d2h_bytes_per_step=d2h / n if on_gpu else None,
+        collectives_per_step=len(comm) / n,
+        span_sec_per_step=span_s / n,
+    )

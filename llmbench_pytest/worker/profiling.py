@@ -1,0 +1,45 @@
+"""Runs inside each rank: a few extra, untimed steps under torch.profiler.
+
+They measure what the timed window cannot without disturbing it: time in collectives and how
+much of it compute hides, and the bytes copied between host and device (offload traffic shows
+here). The Chrome trace they produce is what --llmbench-profile keeps (rank 0), readable in
+Perfetto (ui.perfetto.dev) and TensorBoard's profiler plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from ..trace_analysis import TraceSummary, summarize
+
+
+def profile_steps(
+    step: Callable[[], None], steps: int, device: torch.device, keep_trace: Path | None
+) -> TraceSummary:
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+        torch.cuda.synchronize(device)
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    if keep_trace is not None:
+        path = keep_trace
+    else:
+        handle = tempfile.NamedTemporaryFile(prefix="llmbench-trace-", suffix=".json", delete=False)
+        handle.close()
+        path = Path(handle.name)
+    try:
+        prof.export_chrome_trace(str(path))
+        return summarize(json.loads(path.read_text()), steps, device.type)
+    finally:
+        if keep_trace is None:
+            path.unlink(missing_ok=True)
