@@ -1,0 +1,95 @@
+"""The analytical communication and memory models, and the trace reader behind the measured side."""
+
+import pytest
+
+from llmbench_pytest.checks import check_timing
+from llmbench_pytest.comm_model import per_step
+from llmbench_pytest.memory_model import bytes_per_param, gap, predicted_gb
+from llmbench_pytest.trace_analysis import summarize
+
+P = 1_000_000
+
+
+def test_zero_paper_volumes():
+    # ZeRO paper, section 7: DP and ZeRO-1/2 move 2 Psi per rank, ZeRO-3 3 Psi (ring: x (N-1)/N)
+    ring = 7 / 8
+    assert per_step("zero2", P, 8, "bf16").bus_bytes == pytest.approx(2 * ring * P * 2)
+    assert per_step("zero3", P, 8, "bf16").bus_bytes == pytest.approx(3 * ring * P * 2)
+    assert per_step("ddp", P, 8, "bf16").bus_bytes == pytest.approx(2 * ring * P * 4)  # fp32 gradients
+    assert per_step("ddp", P, 1, "bf16").bus_bytes == 0  # nothing to talk to
+    assert per_step("zero3", P, 2, "bf16", grad_accum=4).bus_bytes == pytest.approx(0.5 * P * 2 * (2 * 4 + 1))
+
+
+def test_memory_model_is_the_zero_paper_in_mixed_precision():
+    assert bytes_per_param("ddp", "none", 4, "bf16") == 16
+    assert bytes_per_param("zero1", "none", 4, "bf16") == pytest.approx(4 + 12 / 4)
+    assert bytes_per_param("zero2", "none", 4, "bf16") == pytest.approx(2 + 14 / 4)
+    assert bytes_per_param("zero3", "none", 4, "bf16") == pytest.approx(16 / 4)
+    assert bytes_per_param("fsdp", "none", 4, "bf16") == pytest.approx(16 / 4)
+    assert bytes_per_param("zero3", "cpu", 4, "bf16") is None  # parameters stream in: no steady share
+    assert predicted_gb("ddp", "none", 2, "fp32", 5_261_568) == pytest.approx(16 * 5_261_568 / 1e9)
+    assert gap(1.1, 1.0) == pytest.approx(0.1) and gap(None, 1.0) is None
+
+
+def test_memory_model_matches_what_deepspeed_holds_in_fp32():
+    # measured on CPU at two ranks (llama-tiny, census after backward): DeepSpeed keeps an fp32
+    # master partition even for an fp32 model
+    assert bytes_per_param("zero2", "none", 2, "fp32") == pytest.approx(12.0)
+    assert bytes_per_param("zero3", "none", 2, "fp32") == pytest.approx(10.0)
+
+
+def _kernel(name, ts, dur):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur}
+
+
+def test_trace_reader_counts_collectives_once_and_finds_what_compute_hides():
+    trace = {
+        "traceEvents": [
+            _kernel("ampere_bf16_gemm", 0, 100),
+            _kernel("ncclDevKernel_AllReduce_Sum_bf16", 50, 100),  # 50 us hidden by the gemm
+            _kernel("ncclDevKernel_AllGather", 120, 10),  # overlaps the all-reduce: counted once
+            {
+                "ph": "X",
+                "cat": "gpu_memcpy",
+                "name": "Memcpy HtoD (Pinned -> Device)",
+                "ts": 0,
+                "dur": 5,
+                "args": {"bytes": 4000},
+            },
+            {
+                "ph": "X",
+                "cat": "gpu_memcpy",
+                "name": "Memcpy DtoH (Device -> Pageable)",
+                "ts": 200,
+                "dur": 1,
+                "args": {"bytes": 8},
+            },
+        ]
+    }
+    s = summarize(trace, steps=2, device="cuda")
+    assert s.comm_sec_per_step == pytest.approx(100e-6 / 2)
+    assert s.comm_exposed_sec_per_step == pytest.approx(50e-6 / 2)
+    assert s.h2d_bytes_per_step == 2000 and s.d2h_bytes_per_step == 4
+    assert s.collectives_per_step == 1.0
+
+
+def test_trace_reader_on_cpu_uses_gloo_annotations():
+    trace = {
+        "traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 0, "dur": 300}]
+    }
+    s = summarize(trace, steps=3, device="cpu")
+    assert s.comm_sec_per_step == pytest.approx(100e-6)
+    assert s.comm_exposed_sec_per_step is None and s.h2d_bytes_per_step is None
+
+
+def test_timing_agreement_check():
+    gpu = {
+        "device": "cuda",
+        "strategy": "ddp",
+        "timing": {"events_vs_clock": 0.001, "sum_of_steps_sec": 10.01, "window_sec": 10.0},
+    }
+    assert check_timing(gpu).passed is True
+    gpu["timing"]["events_vs_clock"] = -0.05
+    out = check_timing(gpu)
+    assert out.passed is False and "-5.00%" in out.message and "beyond 2%" in out.message
+    assert check_timing({"device": "cpu", "timing": {}}).passed is None
