@@ -88,16 +88,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _check_writable(results_dir: Path) -> None:
-    """Refuse at start-up a results directory that cannot take files, not after an hour of training."""
-    try:
-        results_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=results_dir, prefix=".llmbench-write-test-"):
-            pass
-    except OSError as exc:
+    """Refuse at start-up a results directory that cannot take files, not after an hour of training.
+    Nothing is created here: `pytest --help` or a session without benchmarks leaves no folder."""
+    existing = results_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    problem = None
+    if not existing.is_dir():
+        problem = f"{existing} is not a directory"
+    elif existing == results_dir:
+        try:
+            with tempfile.NamedTemporaryFile(dir=results_dir, prefix=".llmbench-write-test-"):
+                pass
+        except OSError as exc:
+            problem = exc.strerror or str(exc)
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = f"cannot create it inside {existing}"
+    if problem:
         raise pytest.UsageError(
-            f"results directory {str(results_dir)!r} is not writable ({exc.strerror or exc}): fix its "
-            "permissions or pass --llmbench-results-dir=DIR."
-        ) from None
+            f"results directory {str(results_dir)!r} is not writable ({problem}): fix its permissions "
+            "or pass --llmbench-results-dir=DIR."
+        )
 
 
 def _sigterm_interrupts(config: pytest.Config) -> None:
@@ -148,8 +159,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     s = get_session(config)
-    where = f"rank {s.env.rank} of {s.world_size} (torchrun)" if s.env.under_torchrun else "one process"
-    return f"llmbench: {where}; results -> {s.results_dir}"
+    where = {
+        "in-rank": f"rank {s.env.rank} of {s.world_size} (torchrun)",
+        "launcher": "a torchrun group per configuration",
+        "in-process": "world size 1 in this process",
+    }[s.mode]
+    note = ""
+    if s.mode == "in-rank" and s.options.world_sizes:
+        note = " (--llmbench-world-sizes is ignored under torchrun: the world size is torchrun's)"
+    return f"llmbench: {where}; results -> {s.results_dir}{note}"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
