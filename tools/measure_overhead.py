@@ -185,8 +185,6 @@ def main() -> None:
             f"llmbench {statistics.median(harness):,.0f} tok/s, "
             f"ratio of medians {figures['ratio_of_medians']:.3f}, "
             f"median pair ratio {figures['median_pair_ratio']:.3f}"
-            f"ratio of medians {figures['ratio_of_medians']:.3f}, "
-            f"median pair ratio {figures['median_pair_ratio']:.3f}"
         )
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=2))
