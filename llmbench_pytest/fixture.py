@@ -140,9 +140,12 @@ class LlmbenchFixture:
         self.result = result
         if result["device"] == "cuda" and result["mfu"] is None and result["status"] == "ok":
             self.request.node.warn(LlmbenchWarning(f"no MFU for {self.spec.name}: {result['mfu_reason']}"))
-        if result.get("throttled"):
-            reasons = ", ".join(result.get("throttle_reasons") or [])
-            self.request.node.warn(LlmbenchWarning(f"{self.spec.name}: the GPU throttled ({reasons})"))
+        alarming = [r for r in result.get("throttle_reasons") or [] if r != "sw_power_cap"]
+        if alarming:  # a power cap is normal for dense training; thermal or hardware slowdown is not
+            reasons = ", ".join(alarming)
+            self.request.node.warn(
+                LlmbenchWarning(f"{self.spec.name}: the GPU slowed itself down ({reasons})")
+            )
         if result["status"] != "ok":
             where = f"\nresult: {result.path}" if result.path else ""
             pytest.fail(f"{self.spec.name} {result['status']}: {result['error']}{where}")

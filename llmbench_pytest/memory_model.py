@@ -12,9 +12,9 @@ How the strategies here map onto it:
 - DeepSpeed keeps an fp32 master partition in the optimizer even when the model is fp32, so with
   p = 2 (bf16/fp16) or 4 (fp32) bytes per module parameter: ZeRO-1 p + p + 12/N, ZeRO-2
   p + (p + 12)/N, ZeRO-3 (2p + 12)/N; ZeRO-0 is plain data parallelism, 16.
-- CPU offload moves the optimizer state to host memory (ZeRO-1/2 keep p + p/N of weights and
-  gradient partitions on the device); ZeRO-3 offload streams parameters in, so it has no steady
-  device share to predict.
+- CPU offload moves the optimizer state and the gradient partitions to host memory, so ZeRO-1/2
+  keep only the p bytes of 16-bit weights on the device (measured on 2x H200: 2.04 GB for 0.95B
+  parameters); ZeRO-3 offload streams parameters in, so it has no steady device share to predict.
 The census (measured) and this prediction are reported side by side; a large gap is flagged.
 """
 
@@ -35,7 +35,7 @@ def bytes_per_param(  # noqa: PLR0911 (one return per strategy reads as the tabl
     if strategy in ("fsdp", "fsdp_grad_op"):
         return 16.0 / n
     if strategy in ("zero1", "zero2") and offload == "cpu":
-        return p + p / n if strategy == "zero2" else 2.0 * p
+        return float(p)  # gradient partitions go to pinned host buffers with the optimizer state
     if strategy == "zero1":
         return p + p + 12 / n
     if strategy == "zero2":

@@ -43,6 +43,8 @@ class ConfigKey(NamedTuple):
     grad_accum: int
     dtype: str
     grad_ckpt: bool
+    compile: bool
+    """torch.compile'd runs are another configuration, never repeats of eager ones."""
     hardware: str
     """GPU name, 'CPU' or 'unknown device'."""
     nodes: int
@@ -59,7 +61,7 @@ class ConfigKey(NamedTuple):
         return self.world_size * self.per_device_batch * self.grad_accum
 
     def sort_key(self) -> tuple[Any, ...]:
-        return (*self[:7], self.world_size, self.nodes, strategy_rank(self.strategy))
+        return (*self[:8], self.world_size, self.nodes, strategy_rank(self.strategy))
 
 
 def config_key(run: Run) -> ConfigKey:
@@ -71,6 +73,7 @@ def config_key(run: Run) -> ConfigKey:
         grad_accum=int(d.get("grad_accum") or 1),
         dtype=str(d.get("dtype") or "?"),
         grad_ckpt=bool(d.get("grad_ckpt")),
+        compile=bool(d.get("compile")),
         hardware=run.hardware,
         nodes=int(d.get("nodes") or 1),
         world_size=run.world_size,
@@ -203,7 +206,9 @@ def group_configs(runs: Iterable[Run]) -> list[Config]:
 
 def scenario_title(key: ConfigKey) -> str:
     """'llama-1b, seq 2048, batch 4x1, bf16 on 2x NVIDIA H200' for headings and captions."""
-    ckpt = ", activation checkpointing" if key.grad_ckpt else ""
+    ckpt = (", activation checkpointing" if key.grad_ckpt else "") + (
+        ", torch.compile" if key.compile else ""
+    )
     where = (
         f"{key.world_size} CPU rank{'s' if key.world_size > 1 else ''} (CPU smoke)"
         if key.hardware == "CPU"

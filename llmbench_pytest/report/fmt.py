@@ -56,3 +56,27 @@ def mfu(x: float | None) -> str:
     if x is None:
         return NA
     return f"{x * 100:.1f}%" if x >= 0.01 else f"{x * 100:.2g}%"
+
+
+def ms(seconds: float | None) -> str:
+    """Seconds shown as milliseconds: 0.0477 -> '47.7 ms' (time in collectives per step)."""
+    if seconds is None:
+        return NA
+    x = seconds * 1000
+    if x == 0:
+        return "0 ms"
+    return f"{x:,.0f} ms" if x >= 100 else f"{x:.1f} ms" if x >= 1 else f"{x:.2f} ms"
+
+
+def gbps(x: float | None) -> str:
+    """GB/s: whole numbers from 100, one decimal from 1, two below; '<0.01' for a trickle."""
+    if x is None:
+        return NA
+    if x == 0:
+        return "0"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}" if x >= 1 else f"{x:.2f}" if x >= 0.01 else "<0.01"
+
+
+def whole(x: float | None) -> str:
+    """Watts, MHz, degrees, percent utilisation: no decimals carry meaning there."""
+    return NA if x is None else f"{x:,.0f}"

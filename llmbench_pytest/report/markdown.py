@@ -1,8 +1,10 @@
 """summary/BENCHMARK_REPORT.md: the recommendation first, then the evidence.
 
 Order: what to train with (per scenario), the table, scaling with the baseline each number is
-measured against, MFU (or why there is none), failed checks, runs that did not finish, files that
-could not be read, the plots. Long lists are cut at LIST_LIMIT entries; metrics.csv has them all.
+measured against, MFU (or why there is none), what the GPU measurements say (memory against its
+prediction, where the step's time goes, GPU health: markdown_gpu.py), failed checks, runs that did
+not finish, files that could not be read, the plots. Long lists are cut at md_table.LIST_LIMIT
+entries; metrics.csv has them all.
 """
 
 from __future__ import annotations
@@ -11,29 +13,14 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tabulate import tabulate
-
-from . import fmt
+from . import fmt, markdown_gpu
 from .collect import Collection, Run
 from .configs import Config, ConfigKey, scenario_title
+from .md_table import capped as _capped
+from .md_table import md_table as _md_table
 from .recommend import Recommendation
 from .scaling import Scaling
-from .table import CPU_NOTE, colalign, summary_rows
-
-LIST_LIMIT = 50
-
-
-def _md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    return tabulate(
-        rows, headers=list(headers), tablefmt="github", disable_numparse=True, colalign=colalign(headers)
-    )
-
-
-def _capped(lines: list[str], what: str) -> list[str]:
-    if len(lines) <= LIST_LIMIT:
-        return lines
-    rest = len(lines) - LIST_LIMIT
-    return [*lines[:LIST_LIMIT], f"- ... and {rest} more {what} (all of them are in metrics.csv)"]
+from .table import CPU_NOTE, summary_rows
 
 
 def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:
@@ -56,6 +43,16 @@ def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:
             f"> These runs come from {len(commits)} commits ({', '.join(commits[:5])}"
             f"{', ...' if len(commits) > 5 else ''}): a configuration run more than once is averaged "
             "across them. To see one commit alone, report a fresh results folder.",
+        ]
+    compiled = sum(bool(r.data.get("compile")) for r in collection.runs)
+    if compiled:
+        # configurations are keyed without `compile`: a compiled and an eager run of one setup merge
+        out += [
+            "",
+            "All runs used torch.compile."
+            if compiled == n
+            else f"> {compiled} of {n} runs used torch.compile, the others ran eagerly; a configuration run "
+            "both ways is averaged as if repeated (the `compile` column of metrics.csv tells them apart).",
         ]
     if collection.any_cpu:
         cpu = sum(r.is_cpu for r in collection.runs)
@@ -234,6 +231,7 @@ def render(
         *_results(configs, scaling),
         *_scaling(configs, scaling),
         *_mfu(configs),
+        *markdown_gpu.render(configs, runs),
         *_failed_checks(runs),
         *_unfinished(runs),
         *_problems(collection),

@@ -1,8 +1,10 @@
 """summary/metrics.csv: one row per result file, seed 000's columns first.
 
 Standard library only. Column order: seed 000's thirteen fields, then `scaling_efficiency_pct`
-(seed 000's fourteenth column), then what llmbench adds. Values are the result file's, unrounded,
-so a spreadsheet can redo any figure; a value that was not measured is an empty cell.
+(seed 000's fourteenth column), then what llmbench adds, then the GPU measurements (memory model,
+communication, host-device, NVML monitor, timing agreement), appended last so that existing
+columns keep their positions. Values are the result file's, unrounded, so a spreadsheet can redo
+any figure; a value that was not measured is an empty cell; lists are joined with ';'.
 """
 
 from __future__ import annotations
@@ -13,25 +15,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..results import SEED_FIELDS
+from . import gpu_truth
 from .collect import Run
 from .configs import ConfigKey, config_key
 from .scaling import Scaling, efficiency_of_run
 
-SEED_COLUMNS = (
-    "strategy",
-    "world_size",
-    "rank",
-    "seq_len",
-    "tier",
-    "steps",
-    "per_device_batch",
-    "grad_accum",
-    "tokens_per_sec",
-    "mean_step_time_sec",
-    "mean_loss",
-    "peak_vram_gb",
-    "h2d_gbps_per_gpu",
-)
+SEED_COLUMNS = SEED_FIELDS  # seed 000's thirteen, in its order (results.py)
 
 # read straight from result.json
 RESULT_COLUMNS = (
@@ -71,7 +61,53 @@ DERIVED_COLUMNS = (
     "result_path",
 )
 
-COLUMNS = (*SEED_COLUMNS, "scaling_efficiency_pct", *RESULT_COLUMNS, *DERIVED_COLUMNS)
+# the GPU measurements (issue 5), appended so that the columns above keep their positions
+GPU_RESULT_COLUMNS = (
+    "compile",
+    "model_state_host_gb",
+    "model_state_predicted_gb",
+    "model_state_gap",
+    "model_state_flag",
+    "h2d_source",
+    "h2d_link_gbps",
+    "gpu_util_pct",
+    "gpu_power_w",
+    "sm_clock_mhz",
+    "throttled",
+    "throttle_reasons",
+    "gpu_monitor_error",
+)
+# result.json's `communication` object, flattened; comm_ where the bare name would be ambiguous
+COMM_COLUMNS = {
+    "comm_bus_bytes_per_step": "bus_bytes_per_step",
+    "comm_collectives": "collectives",
+    "comm_sec_per_step": "comm_sec_per_step",
+    "comm_exposed_sec_per_step": "comm_exposed_sec_per_step",
+    "compute_sec_per_step": "compute_sec_per_step",
+    "collectives_per_step": "collectives_per_step",
+    "comm_fraction_of_step": "comm_fraction_of_step",
+    "exposed_fraction_of_step": "exposed_fraction_of_step",
+    "comm_bus_gbps": "bus_gbps",
+    "comm_source": "source",
+}
+# over the ranks' NVML summaries and the timing block
+GPU_DERIVED_COLUMNS = (
+    "gpu_power_w_max",
+    "sm_clock_mhz_min",
+    "gpu_temperature_c_max",
+    "clock_event_fractions",
+    "timing_events_vs_clock",
+)
+
+COLUMNS = (
+    *SEED_COLUMNS,
+    "scaling_efficiency_pct",
+    *RESULT_COLUMNS,
+    *DERIVED_COLUMNS,
+    *GPU_RESULT_COLUMNS,
+    *COMM_COLUMNS,
+    *GPU_DERIVED_COLUMNS,
+)
 
 
 def _cell(value: Any) -> Any:
@@ -96,7 +132,29 @@ def row(run: Run, scaling: Scaling | None) -> dict[str, Any]:
     out["error"] = run.error_line or None
     out["run"] = run.name
     out["result_path"] = str(run.path)
+    out.update(gpu_cells(d))
     return {k: _cell(v) for k, v in out.items()}
+
+
+def _joined(items: Any) -> str | None:
+    """A list as one cell: 'a;b'; pairs as 'name=value;...' (collectives and their bus bytes)."""
+    if not isinstance(items, list) or not items:
+        return None
+    return ";".join(f"{i[0]}={i[1]:.0f}" if isinstance(i, list) and len(i) == 2 else str(i) for i in items)
+
+
+def gpu_cells(d: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {c: d.get(c) for c in GPU_RESULT_COLUMNS}
+    out["throttle_reasons"] = _joined(d.get("throttle_reasons"))
+    comm = gpu_truth.communication(d)
+    out.update({col: comm.get(key) for col, key in COMM_COLUMNS.items()})
+    out["comm_collectives"] = _joined(comm.get("collectives"))
+    out["gpu_power_w_max"] = gpu_truth.monitor_extreme(d, "power_w_max", max)
+    out["sm_clock_mhz_min"] = gpu_truth.monitor_extreme(d, "sm_clock_mhz_min", min)
+    out["gpu_temperature_c_max"] = gpu_truth.monitor_extreme(d, "temperature_c_max", max)
+    out["clock_event_fractions"] = gpu_truth.clock_event_fractions(d) or None
+    out["timing_events_vs_clock"] = (d.get("timing") or {}).get("events_vs_clock")
+    return out
 
 
 def render(runs: Sequence[Run], scaling: Mapping[ConfigKey, Scaling]) -> str:

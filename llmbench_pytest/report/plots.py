@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import gpu_truth
 from .collect import ReportError
 from .configs import STRATEGY_ORDER, Config, ConfigKey, strategy_rank
 from .recommend import PatternRules
@@ -29,6 +30,8 @@ PLOT_FILES = (
     "peak_memory_per_strategy.png",
     "mfu_per_strategy.png",
 )
+# drawn only when some multi-rank run was profiled (--llmbench-profile): most reports have no data
+COMM_PLOT = "comm_time_per_strategy.png"
 
 # fixed per strategy so a colour means the same thing in every plot and every report
 COLOURS = {
@@ -90,15 +93,17 @@ def panels(configs: Sequence[Config]) -> tuple[list[Panel], int]:
     groups: dict[tuple[Any, ...], list[Config]] = {}
     for c in configs:
         k = c.key
-        groups.setdefault((k.model, k.seq_len, k.dtype, k.grad_ckpt, k.hardware, k.nodes > 1), []).append(c)
+        panel = (k.model, k.seq_len, k.dtype, k.grad_ckpt, k.compile, k.hardware, k.nodes > 1)
+        groups.setdefault(panel, []).append(c)
     keys = sorted(groups, key=lambda g: -len(groups[g]))[:MAX_PANELS]
     out = []
     for g in sorted(keys):
-        model, seq, dtype, ckpt, hw, multi = g
+        model, seq, dtype, ckpt, compiled, hw, multi = g
         where = "CPU smoke, not a performance claim" if hw == "CPU" else hw
-        title = (
-            f"{model}, seq {seq}, {dtype}{', ckpt' if ckpt else ''}{', multi-node' if multi else ''}\n{where}"
+        flags = (
+            (", ckpt" if ckpt else "") + (", compile" if compiled else "") + (", multi-node" if multi else "")
         )
+        title = f"{model}, seq {seq}, {dtype}{flags}\n{where}"
         out.append(Panel(title, hw == "CPU", groups[g]))
     return out, len(groups) - len(keys)
 
@@ -321,6 +326,14 @@ def _scaling_decor(ctx: _Ctx) -> Callable[[Any, Panel], None]:
     return decorate
 
 
+def _comm_ms(c: Config, key: str = "comm_sec_per_step") -> float | None:
+    """Milliseconds per step in collectives; none at one rank, where there is nothing to move."""
+    if c.world_size < 2:
+        return None
+    sec = gpu_truth.config_comm(c, key)
+    return sec * 1000 if sec is not None else None
+
+
 def write_plots(
     out_dir: Path,
     configs: Sequence[Config],
@@ -388,6 +401,21 @@ def write_plots(
             lambda p: "MFU n/a: " + next((c.mfu_reason for c in p.configs if c.mfu_reason), "not recorded"),
         ),
     ]
+    if any(_comm_ms(c) for c in configs):
+        # CPU runs have no exposed time (no CUDA streams to overlap on): no hatching to explain
+        hatched = any(_comm_ms(c, "comm_exposed_sec_per_step") for c in configs)
+        paths.append(
+            _bar_plot(
+                ctx,
+                out_dir / COMM_PLOT,
+                "Time in collectives per step"
+                + (" (hatched: exposed, not overlapped with compute)" if hatched else ""),
+                lambda p: "time in collectives (ms per step, busiest rank)",
+                _comm_ms,
+                lambda p: "no profiled run with 2 or more ranks (--llmbench-profile)",
+                inner=("exposed", lambda c: _comm_ms(c, "comm_exposed_sec_per_step")),
+            )
+        )
     note = None
     if left_out:
         note = (

@@ -36,9 +36,10 @@ class RecordKey(NamedTuple):
     grad_accum: int
     dtype: str
     grad_ckpt: bool
+    compile: bool = False
 
     def label(self) -> str:
-        ckpt = " ckpt" if self.grad_ckpt else ""
+        ckpt = (" ckpt" if self.grad_ckpt else "") + (" compile" if self.compile else "")
         return (
             f"{self.strategy} ws{self.world_size} seq{self.seq_len} {self.model} "
             f"b{self.per_device_batch}x{self.grad_accum} {self.dtype}{ckpt}"
@@ -143,6 +144,7 @@ def key_of(d: Mapping[str, Any]) -> RecordKey:
         grad_accum=_int(d.get("grad_accum"), 1),
         dtype=str(d.get("dtype") or "?"),
         grad_ckpt=bool(d.get("grad_ckpt")),
+        compile=bool(d.get("compile")),
     )
 
 

@@ -1,7 +1,9 @@
 """The console summary: one tabulate table, one row per configuration.
 
 Columns that are the same for every row (model, sequence length, batch, hardware) move into a
-header line, so the table keeps to what differs. Notes under the table say what a '-' means.
+header line, so the table keeps to what differs. Notes under the table say what a '-' means, and
+at most two lines flag what the GPU measurements found (throttling, model states far off their
+prediction).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from . import fmt
+from ..memory_model import GAP_FLAG
+from . import fmt, gpu_truth
 from .configs import Config, ConfigKey
 from .scaling import Scaling
 
@@ -33,6 +36,20 @@ NUMERIC_COLUMNS = (
     "peak memory",
     "its peak",
     "did not fit",
+    # the GPU-measurement sections (markdown_gpu.py)
+    "measured GB",
+    "host GB",
+    "predicted GB",
+    "gap",
+    "in collectives",
+    "exposed",
+    "bus GB",
+    "H2D",
+    "link",
+    "util",
+    "power",
+    "SM MHz",
+    "max °C",
 )
 
 
@@ -64,18 +81,20 @@ def mfu_cell(c: Config) -> str:
     return fmt.mfu(c.mfu) if c.mfu is not None else "n/a"
 
 
-def summary_rows(
-    configs: Sequence[Config], scaling: Mapping[ConfigKey, Scaling]
-) -> tuple[list[str], list[list[Any]], list[str]]:
-    """(headers, rows, header lines naming the columns that do not vary)."""
-    varying: list[tuple[str, Callable[[Config], Any]]] = [
+Column = tuple[str, Callable[[Config], Any]]
+
+
+def lead_columns(configs: Sequence[Config]) -> tuple[list[Column], list[str]]:
+    """The columns before the strategy that vary between configurations (hardware, model, seq,
+    batch, dtype), and 'name value' for those that do not."""
+    varying: list[Column] = [
         ("hardware", lambda c: c.key.hardware),
         ("model", lambda c: c.key.model),
         ("seq", lambda c: c.key.seq_len),
         ("batch", lambda c: f"{c.key.per_device_batch}x{c.key.grad_accum}"),
         ("dtype", lambda c: c.key.dtype),
     ]
-    lead: list[tuple[str, Callable[[Config], Any]]] = []
+    lead: list[Column] = []
     fixed: list[str] = []
     for name, get in varying:
         values = {get(c) for c in configs}
@@ -83,6 +102,14 @@ def summary_rows(
             lead.append((name, get))
         elif values:
             fixed.append(f"{name} {values.pop()}")
+    return lead, fixed
+
+
+def summary_rows(
+    configs: Sequence[Config], scaling: Mapping[ConfigKey, Scaling]
+) -> tuple[list[str], list[list[Any]], list[str]]:
+    """(headers, rows, header lines naming the columns that do not vary)."""
+    lead, fixed = lead_columns(configs)
     mem_title, mem_mixed = memory_header(configs)
     any_cpu = any(c.is_cpu for c in configs)
     ws_title = "ranks" if any_cpu else "GPUs"
@@ -132,6 +159,46 @@ def notes(configs: Sequence[Config]) -> list[str]:
         "scaling: T(N) / ((N/N0) x T(N0)) against ws N0 (1 where a 1-GPU run exists); weak = fixed "
         "per-device batch, strong = fixed global batch."
     )
+    return out + gpu_notes(configs)
+
+
+def _few(items: Sequence[str], total: int, limit: int = 4) -> str:
+    """The first few names (deduplicated: one label may stand for several scenarios), and how many
+    of the `total` are not named."""
+    named = list(dict.fromkeys(items))[:limit]
+    return ", ".join(named) + (f" and {total - len(named)} more" if total > len(named) else "")
+
+
+def gpu_notes(configs: Sequence[Config]) -> list[str]:
+    """At most two lines from the GPU measurements: throttling, and model states far off their
+    prediction; the report's GPU sections have the detail."""
+    out: list[str] = []
+    throttled = [(c, ts) for c in configs if (ts := gpu_truth.config_throttles(c))]
+    bad = [c for c, ts in throttled if gpu_truth.needs_attention(ts)]
+    if bad:
+        out.append(
+            f"GPU slowed by heat or hardware in {len(bad)} configuration{'s' if len(bad) != 1 else ''} "
+            f"({_few([c.label() for c in bad], len(bad))}): check cooling and power; see GPU health in "
+            "BENCHMARK_REPORT.md."
+        )
+    elif throttled:
+        monitored = sum(gpu_truth.has_monitor(c) for c in configs)
+        out.append(
+            f"GPU throttled by the power cap alone in {len(throttled)} of {monitored} configurations: "
+            f"{gpu_truth.POWER_CAP_VERDICT}."
+        )
+    off = [
+        (c.label(), g)
+        for c in configs
+        if any(r.data.get("model_state_flag") for r in c.ok_runs)
+        and (g := c.mean("model_state_gap")) is not None
+    ]
+    if off:
+        out.append(
+            f"model states more than {GAP_FLAG:.0%} off the ZeRO-paper prediction in {len(off)} "
+            f"configuration{'s' if len(off) != 1 else ''}: "
+            f"{_few([f'{label} {fmt.signed_pct(g)}' for label, g in off], len(off))}."
+        )
     return out
 
 
