@@ -210,7 +210,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if s.env.under_torchrun and s.world_size > 1:
         from .agreement import check_collection
 
-        check_collection(s, [item.nodeid for item in session.items])
+        try:
+            check_collection(s, [item.nodeid for item in session.items])
+        except SpecError as exc:  # e.g. more ranks on this node than GPUs
+            raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.hookimpl(wrapper=True)
