@@ -193,7 +193,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "profile",
         "keep a torch.profiler trace of two untimed steps after the window from rank 0 "
-        "(trace_rank0.json beside the result; open in ui.perfetto.dev or TensorBoard). On a GPU those "
+        "(rank0.pt.trace.json beside the result; open in ui.perfetto.dev or TensorBoard). On a GPU those "
         "steps always run, to measure collectives and host-device copies; on CPU only with this.",
         _bool,
         flag=True,

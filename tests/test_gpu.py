@@ -59,7 +59,7 @@ def test_gpu_run_measures_communication_memory_and_the_gpu(bench):
     for path in bench.path.glob("results/*_results/result.json"):
         data = json.loads(path.read_text())
         runs[data["strategy"]] = data
-        assert (path.parent / "trace_rank0.json").exists()
+        assert (path.parent / "rank0.pt.trace.json").exists()
     ddp = runs["ddp"]
     assert ddp["device"] == "cuda" and ddp["peak_vram_gb"] > 0
     assert abs(ddp["timing"]["events_vs_clock"]) < 0.02

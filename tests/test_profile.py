@@ -16,7 +16,7 @@ def test_profile_trace_and_measured_collectives_at_two_ranks(bench):
     result.assert_outcomes(passed=2)
     for path in bench.path.glob("results/*_results/result.json"):
         run = json.loads(path.read_text())
-        trace = json.loads((path.parent / "trace_rank0.json").read_text())
+        trace = json.loads((path.parent / "rank0.pt.trace.json").read_text())
         assert trace["traceEvents"], "the kept trace is a Chrome trace Perfetto and TensorBoard read"
         comm = run["communication"]
         assert comm["bus_bytes_per_step"] > 0 and comm["comm_sec_per_step"] > 0, run["strategy"]

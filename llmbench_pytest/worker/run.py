@@ -84,7 +84,8 @@ def run_benchmark(
         link = h2d_link_gbps(ctx.device)
         setup_s = time.perf_counter() - started
         log.info("%s ready in %.1f s", spec.name, setup_s)
-        trace_path = trace_dir / f"trace_rank{ctx.rank}.json" if trace_dir is not None else None
+        # *.pt.trace.json is the name TensorBoard's profiler plugin looks for
+        trace_path = trace_dir / f"rank{ctx.rank}.pt.trace.json" if trace_dir is not None else None
         samples = timed_loop(strategy, batches, spec, ctx.device, log, ctx.rank, trace_path)
     except Exception as exc:
         status, error = classify(exc), f"rank {ctx.rank}: {_describe_error(exc)}"
