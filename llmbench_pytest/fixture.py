@@ -67,6 +67,7 @@ class LlmbenchFixture:
             "nodes": env.nnodes if mode == "in-rank" else 1,
             "ranks_per_node": env.local_world_size if mode == "in-rank" else self.spec.world_size,
             "config": {"session": self.session.options.to_dict()},
+            "price": self.session.options.price,
         }
 
     def _measure(self, paths: RunPaths | None, meta: dict[str, Any]) -> Measurement:

@@ -5,6 +5,8 @@ matmul parameter per token for forward and backward, plus the attention score an
 products, which grow with the sequence length T. N counts parameters that take part in matrix
 products (embedding lookups do not; a tied LM head counts once). Recomputation from activation
 checkpointing is not counted: MFU measures useful model FLOPs, not hardware FLOPs.
+Frozen parameters (LoRA's base model) take part in forward (2) and in the input gradients of
+backward (2), but have no weight gradients: 4 FLOPs per token each instead of 6.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ class FlopsModel:
     heads: int
     head_dim: int
     seq_len: int
+    frozen_matmul_params: int = 0
+    """Of matmul_params, those that are not trained."""
 
     @property
     def per_token(self) -> float:
         attention = 12 * self.layers * self.heads * self.head_dim * self.seq_len
-        return 6.0 * self.matmul_params + attention
+        trained = self.matmul_params - self.frozen_matmul_params
+        return 6.0 * trained + 4.0 * self.frozen_matmul_params + attention
 
 
 def tflops_per_gpu(flops_per_token: float, tokens_per_sec: float, world_size: int) -> float:

@@ -8,12 +8,14 @@ test with that reason instead.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from .hardware import Hardware
 from .options import SessionOptions
-from .presets import default_cpu_model, resolve_model, tier_for_memory, tiers
+from .presets import default_model, resolve_model, tier_for_memory, tiers
 from .spec import DEFAULT_STRATEGIES, RunSpec, SpecError, parse_strategy
 
 CPU_STEPS, CPU_WARMUP = 10, 2
@@ -61,16 +63,47 @@ def _too_big(world_size: int, hw: Hardware) -> str | None:
     return f"world size {world_size} needs {world_size} {what} (one per rank); this machine has {hw.devices}"
 
 
+def optimizer_unavailable(optimizer: str, offload: str, hw: Hardware) -> str | None:
+    """Why this machine cannot run the optimizer (a skip reason), or None."""
+    if optimizer != "paged_adamw_8bit":
+        return None
+    if hw.device != "cuda":
+        return "paged_adamw_8bit (bitsandbytes) pages optimizer state between GPU and host: needs a GPU"
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return "paged_adamw_8bit needs bitsandbytes: pip install bitsandbytes"
+    if offload != "none":
+        return "paged_adamw_8bit replaces DeepSpeed's optimizer; offload needs DeepSpeed's CPU Adam"
+    return None
+
+
+def diagnostic_variants(base: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Seed 001's diagnostic matrix around one configuration: each variant changes one knob (the
+    fifth, two), so its speed-up over the baseline says whether that knob is the bottleneck."""
+    other_opt = "paged_adamw_8bit" if base["optimizer"] == "adamw_torch" else "adamw_torch"
+    other_dtype = "fp16" if base["dtype"] != "fp16" else "bf16"
+    half_seq = max(1, base["seq_len"] // 2)
+    variants = [
+        ("baseline", {}),
+        ("optimizer", {"optimizer": other_opt}),
+        ("lora_rank", {"lora_rank": max(1, base["lora_rank"] // 2)}),
+        ("shorter_seq", {"seq_len": half_seq}),
+        ("shorter_seq_larger_batch", {"seq_len": half_seq, "per_device_batch": base["per_device_batch"] * 2}),
+        (other_dtype, {"dtype": other_dtype}),
+    ]
+    return [(name, {**base, **change, "diagnostic": name}) for name, change in variants]
+
+
 def build_matrix(
     opts: SessionOptions, hw: Hardware, sizes: list[int], launched: bool = False
 ) -> list[MatrixEntry]:
-    """Every (strategy, world size, sequence length) of one benchmark test, in that order.
+    """Every (strategy, world size, sequence length) of one benchmark test, in that order, each
+    expanded into seed 001's diagnostic variants with --llmbench-diagnostic.
 
     `launched`: the world sizes are started by the launcher here, so sizes beyond this machine's
     devices are skipped (under torchrun the job's ranks may span nodes)."""
     tier = resolve_tier(opts, hw)
-    model = opts.model or (tiers()[tier].gpu_model if hw.device == "cuda" else default_cpu_model())
-    preset = resolve_model(model)
+    model = opts.model or default_model(opts.workload, hw.device) or tiers()[tier].gpu_model
+    preset = resolve_model(model, opts.model_config)
     seq_lens = opts.seq_lens or (preset.seq_len,)
     limit = preset.max_seq_len
     for seq in seq_lens:
@@ -89,51 +122,77 @@ def build_matrix(
     dtype = (
         opts.dtype if opts.dtype != "auto" else ("bf16" if cuda and hw.bf16 else "fp16" if cuda else "fp32")
     )
-    steps = opts.steps or (GPU_STEPS if cuda else CPU_STEPS)
-    warmup = opts.warmup if opts.warmup is not None else (GPU_WARMUP if cuda else CPU_WARMUP)
-
+    if opts.dtype == "auto" and cuda and opts.workload == "seq2seq":
+        dtype = "fp16"  # seed 003 benchmarks its encoder-decoder under fp16 autocast by default
+    common: dict[str, Any] = {
+        "model": model,
+        "grad_accum": opts.grad_accum,
+        "steps": opts.steps or (GPU_STEPS if cuda else CPU_STEPS),
+        "warmup": opts.warmup if opts.warmup is not None else (GPU_WARMUP if cuda else CPU_WARMUP),
+        "dtype": dtype,
+        "grad_ckpt": opts.grad_ckpt,
+        "tier": tier,
+        "lr": opts.lr,
+        "seed": opts.seed,
+        "device": hw.device,
+        "compile": opts.compile,
+        "profile_steps": PROFILED_STEPS if (cuda or opts.profile) else 0,
+        "trace": opts.profile,
+        "workload": opts.workload,
+        "model_config": opts.model_config,
+        "optimizer": opts.optimizer,
+        "lora_rank": opts.lora_rank,
+        "data": opts.data,
+        "data_dir": opts.data_dir,
+        "data_workers": opts.data_workers,
+        "dataset_samples": opts.dataset_samples,
+        "epochs": opts.epochs,
+        "warmup_epochs": opts.warmup_epochs,
+        "shard_mb": opts.shard_mb,
+    }
+    named = opts.strategies != DEFAULT_STRATEGIES
     entries = []
     for name in opts.strategies:
         info, offload = parse_strategy(name)
         for world_size, seq in ((w, q) for w in sizes for q in seq_lens):
             test_id = f"{name}-ws{world_size}-seq{seq}-{preset.name}"
+            if opts.workload == "seq2seq":
+                test_id += f"-{opts.data}"
             too_big = _too_big(world_size, hw) if launched else None
             if too_big:
                 entries.append(MatrixEntry(test_id, None, too_big))
                 continue
             if offload == "nvme" and not opts.nvme_path:
-                entries.append(
-                    MatrixEntry(
-                        test_id, None, f"{name} needs a directory on NVMe: pass --llmbench-nvme-path=DIR"
+                reason = f"{name} needs a directory on NVMe: pass --llmbench-nvme-path=DIR"
+                entries.append(MatrixEntry(test_id, None, reason))
+                continue
+            base = {
+                **common,
+                "strategy": info.name,
+                "offload": offload,
+                "seq_len": seq,
+                "per_device_batch": opts.batch or preset.batch,
+                "world_size": world_size,
+                "nvme_path": opts.nvme_path if offload == "nvme" else None,
+            }
+            variants = diagnostic_variants(base) if opts.diagnostic else [("", base)]
+            for variant, kwargs in variants:
+                variant_id = f"{test_id}-{variant}" if variant else test_id
+                if variant == "lora_rank" and kwargs["workload"] != "lora":
+                    entries.append(
+                        MatrixEntry(variant_id, None, f"no LoRA rank in the {opts.workload} workload")
                     )
-                )
-                continue
-            try:
-                spec = RunSpec(
-                    strategy=info.name,
-                    offload=offload,
-                    model=model,
-                    seq_len=seq,
-                    per_device_batch=opts.batch or preset.batch,
-                    grad_accum=opts.grad_accum,
-                    steps=steps,
-                    warmup=warmup,
-                    dtype=dtype,  # type: ignore[arg-type]
-                    world_size=world_size,
-                    grad_ckpt=opts.grad_ckpt,
-                    tier=tier,
-                    nvme_path=opts.nvme_path if offload == "nvme" else None,
-                    lr=opts.lr,
-                    seed=opts.seed,
-                    device=hw.device,  # type: ignore[arg-type]
-                    compile=opts.compile,
-                    profile_steps=PROFILED_STEPS if (cuda or opts.profile) else 0,
-                    trace=opts.profile,
-                )
-            except SpecError as exc:
-                if opts.strategies != DEFAULT_STRATEGIES:
-                    raise  # the user named this strategy: refuse the combination
-                entries.append(MatrixEntry(test_id, None, str(exc)))  # the default matrix: skip it
-                continue
-            entries.append(MatrixEntry(test_id, spec))
+                    continue
+                unavailable = optimizer_unavailable(kwargs["optimizer"], offload, hw)
+                if unavailable:
+                    entries.append(MatrixEntry(variant_id, None, unavailable))
+                    continue
+                try:
+                    spec = RunSpec(**kwargs)
+                except SpecError as exc:
+                    if named and not variant:
+                        raise  # the user named this strategy: refuse the combination
+                    entries.append(MatrixEntry(variant_id, None, str(exc)))  # skip it, with the reason
+                    continue
+                entries.append(MatrixEntry(variant_id, spec))
     return entries

@@ -46,12 +46,25 @@ def bytes_per_param(  # noqa: PLR0911 (one return per strategy reads as the tabl
 
 
 def predicted_gb(
-    strategy: str, offload: str, world_size: int, dtype: str, params: int | None
+    strategy: str,
+    offload: str,
+    world_size: int,
+    dtype: str,
+    params: int | None,
+    trainable: int | None = None,
 ) -> float | None:
+    """Model states per rank in GB. With `trainable` below `params` (LoRA), the frozen weights
+    hold only themselves, in the run's 16-bit precision (fp32 in an fp32 run), sharded where the
+    strategy shards parameters; the trained ones follow the strategy's bytes per parameter."""
     per = bytes_per_param(strategy, offload, world_size, dtype)
     if per is None or not params:
         return None
-    return per * params / 1e9
+    trained = params if trainable is None else trainable
+    frozen = params - trained
+    weight_bytes = 2 if dtype in ("bf16", "fp16") else 4
+    shards_weights = strategy in ("fsdp", "zero3")
+    frozen_bytes = frozen * weight_bytes / (world_size if shards_weights else 1)
+    return (per * trained + frozen_bytes) / 1e9
 
 
 def gap(measured_gb: float | None, predicted: float | None) -> float | None:

@@ -8,6 +8,7 @@ Precedence: marker > command line > ini > default.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from .presets import model_names, tiers
-from .spec import DEFAULT_STRATEGIES, DTYPES, STRATEGIES, SpecError, offload_variants, parse_strategy
+from .spec import (
+    DATA_SOURCES,
+    DEFAULT_STRATEGIES,
+    DTYPES,
+    OPTIMIZERS,
+    STRATEGIES,
+    WORKLOADS,
+    SpecError,
+    offload_variants,
+    parse_strategy,
+)
 
 
 def _positive_int(raw: Any) -> int:
@@ -120,6 +131,22 @@ def _bool(raw: Any) -> bool:
     if text in ("0", "false", "no", "off"):
         return False
     raise SpecError(f"must be true or false; got {raw!r}")
+
+
+def _model_config(raw: Any) -> tuple[tuple[str, Any], ...]:
+    """'num_hidden_layers=8,rope_theta=5e5' -> (('num_hidden_layers', 8), ('rope_theta', 500000.0))."""
+    if isinstance(raw, dict):
+        return tuple(sorted(raw.items()))
+    pairs = {}
+    for item in _items(raw):
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise SpecError(f"expected key=value pairs such as num_hidden_layers=8; got {item!r}")
+        try:
+            pairs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            pairs[key] = value
+    return tuple(sorted(pairs.items()))
 
 
 def _text(raw: Any) -> str:
@@ -290,6 +317,85 @@ SETTINGS: tuple[Setting, ...] = (
         _gate_bounds,
         "BOUNDS",
     ),
+    Setting(
+        "workload",
+        f"what the benchmark trains: {', '.join(WORKLOADS)} (default: causal_lm). Each benchmark file sets "
+        "its own with its llmbench marker.",
+        _choice(*WORKLOADS),
+        "WORKLOAD",
+    ),
+    Setting(
+        "model_config",
+        "override values of the model preset's config, e.g. num_hidden_layers=8,hidden_size=1024 "
+        "(encoder-decoder: d_model=512,nhead=8,num_encoder_layers=6,num_decoder_layers=6,"
+        "dim_feedforward=2048).",
+        _model_config,
+        "KEY=VALUE[,...]",
+    ),
+    Setting(
+        "optimizer",
+        f"optimizer: {', '.join(OPTIMIZERS)} (paged_adamw_8bit needs bitsandbytes and a GPU) "
+        "(default: adamw_torch).",
+        _choice(*OPTIMIZERS),
+        "NAME",
+    ),
+    Setting("lora_rank", "LoRA rank r for the lora workload; alpha is 2r (default: 16).", _positive_int, "R"),
+    Setting(
+        "data",
+        "seq2seq data source: memory (generated before timing) or disk (numbered binary shards of about "
+        "--llmbench-shard-mb, written once and reused, read by a DataLoader) (default: memory).",
+        _choice(*DATA_SOURCES),
+        "SOURCE",
+    ),
+    Setting(
+        "data_dir",
+        "where disk shards live: a local SSD, NVMe or network mount to compare "
+        "(default: RESULTS_DIR/.llmbench-data).",
+        _path,
+        "DIR",
+    ),
+    Setting(
+        "data_workers", "DataLoader worker processes for disk data (default: 2).", _non_negative_int, "N"
+    ),
+    Setting(
+        "dataset_samples",
+        "seq2seq samples per epoch (default: enough for 20 steps per rank).",
+        _positive_int,
+        "N",
+    ),
+    Setting("epochs", "seq2seq measured epochs (default: 2).", _positive_int, "N"),
+    Setting(
+        "warmup_epochs", "seq2seq epochs run first and not measured (default: 1).", _non_negative_int, "N"
+    ),
+    Setting("shard_mb", "target size of one disk shard in MB (default: 128).", _positive_float, "MB"),
+    Setting(
+        "price",
+        "price of one GPU-hour in dollars: results then carry the cost per 1K samples and per 1M tokens.",
+        _positive_float,
+        "USD",
+    ),
+    Setting(
+        "diagnostic",
+        "run seed 001's diagnostic matrix for each configuration: the baseline, the other optimizer, half "
+        "the LoRA rank, half the sequence, half the sequence with twice the batch, and fp16.",
+        _bool,
+        flag=True,
+    ),
+    Setting(
+        "find_batch",
+        "per strategy, search the largest per-device batch that fits and the one with the highest "
+        "tokens/s (doubling, then bisecting; an out-of-memory trial is a data point), then train at the "
+        "fastest.",
+        _bool,
+        flag=True,
+    ),
+    Setting(
+        "max_batch",
+        "the largest per-device batch --llmbench-find-batch tries (default: 256; on CPU, where nothing "
+        "runs out of memory, 16).",
+        _positive_int,
+        "N",
+    ),
     Setting("lr", "AdamW learning rate (default: 1e-3).", _positive_float, "LR"),
     Setting("seed", "seed for weights and data (default: 1234).", _non_negative_int, "N"),
 )
@@ -326,6 +432,21 @@ class SessionOptions:
     report: bool = False
     gate: str | None = None
     gate_bounds: dict[str, str] | None = None
+    workload: str = "causal_lm"
+    model_config: tuple[tuple[str, Any], ...] = ()
+    optimizer: str = "adamw_torch"
+    lora_rank: int = 16
+    data: str = "memory"
+    data_dir: str | None = None
+    data_workers: int = 2
+    dataset_samples: int = 0
+    epochs: int = 2
+    warmup_epochs: int = 1
+    shard_mb: float = 128.0
+    price: float | None = None
+    diagnostic: bool = False
+    find_batch: bool = False
+    max_batch: int | None = None
     lr: float = 1e-3
     seed: int = 1234
 

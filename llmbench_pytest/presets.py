@@ -6,6 +6,7 @@ Standard library only. A model is either a preset name or a local transformers c
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -43,6 +44,20 @@ class ModelPreset:
     path: str | None = None
     """The local config file, when the model came from one."""
 
+    def with_overrides(self, overrides: dict[str, Any] | tuple[tuple[str, Any], ...]) -> ModelPreset:
+        """The preset with some config values replaced (--llmbench-model-config); unknown keys are
+        refused with the known ones, since a config class would accept a typo silently."""
+        pairs = dict(overrides)
+        if not pairs:
+            return self
+        unknown = [k for k in pairs if k not in self.config]
+        if unknown:
+            raise SpecError(
+                f"--llmbench-model-config: {', '.join(map(repr, unknown))} not in {self.name}'s config; "
+                f"known: {', '.join(sorted(self.config))}."
+            )
+        return dataclasses.replace(self, config={**self.config, **pairs}, params=None)
+
     @property
     def max_seq_len(self) -> int | None:
         for key in _MAX_POSITION_KEYS:
@@ -55,11 +70,18 @@ def model_names() -> list[str]:
     return [k for k in _load("models.toml") if k != "defaults"]
 
 
-def default_cpu_model() -> str:
-    return str(_load("models.toml")["defaults"]["cpu"])
+def default_model(workload: str, device: str) -> str | None:
+    """The preset a workload defaults to on this device, or None for the tier's choice."""
+    defaults = _load("models.toml")["defaults"]
+    return defaults.get(f"{workload}_{device}") or (defaults["cpu"] if device == "cpu" else None)
 
 
-def resolve_model(name_or_path: str) -> ModelPreset:
+def resolve_model(name_or_path: str, overrides: tuple[tuple[str, Any], ...] = ()) -> ModelPreset:
+    """A preset by name, or a local config file/directory, with config overrides applied."""
+    return _resolve(name_or_path).with_overrides(overrides)
+
+
+def _resolve(name_or_path: str) -> ModelPreset:
     """A preset by name, or a local config file/directory. Errors name the choices."""
     table = _load("models.toml")
     if name_or_path in table and name_or_path != "defaults":

@@ -183,7 +183,9 @@ def build_result(
     else:
         h2d_source = "input batches copied in the window" if h2d_gbps is not None else None
     params = m.model.get("params")
-    predicted = memory_model.predicted_gb(spec.strategy, spec.offload, spec.world_size, spec.dtype, params)
+    predicted = memory_model.predicted_gb(
+        spec.strategy, spec.offload, spec.world_size, spec.dtype, params, m.model.get("trainable_params")
+    )
     measured_states = _gb(_max_rank(m.per_rank, "census_bytes"))
     gap = memory_model.gap(measured_states, predicted)
     monitors = [r["gpu_monitor"] for r in m.per_rank if r.get("gpu_monitor")]
@@ -213,12 +215,19 @@ def build_result(
         "offload": spec.offload,
         "grad_ckpt": spec.grad_ckpt,
         "compile": spec.compile,
+        "workload": spec.workload,
+        "optimizer": spec.optimizer,
+        "lora_rank": spec.lora_rank if spec.workload == "lora" else None,
+        "trainable_params": m.model.get("trainable_params"),
+        "diagnostic": spec.diagnostic,
+        "data": spec.data,
         "device": device,
         "gpu_name": env.get("gpu_name"),
         "nodes": meta.get("nodes", 1),
         "ranks_per_node": meta.get("ranks_per_node", spec.world_size),
         "samples_per_sec": samples_per_sec,
         "tokens_per_sec_per_gpu": tokens_per_sec / spec.world_size if tokens_per_sec else None,
+        **_costs(meta.get("price"), spec.world_size, samples_per_sec, tokens_per_sec),
         "step_time_median_sec": _finite(s.median) if ok else None,
         "step_time_min_sec": _finite(s.min) if ok else None,
         "step_time_max_sec": _finite(s.max) if ok else None,
@@ -280,6 +289,20 @@ def build_result(
         "schema_version": SCHEMA_VERSION,
     }
     return result
+
+
+def _costs(
+    price: float | None, world_size: int, samples_per_sec: float | None, tokens_per_sec: float | None
+) -> dict[str, float | None]:
+    """Seed 001's cost per 1K samples (and per 1M tokens) at `price` dollars per GPU-hour."""
+    if not price or not samples_per_sec or not tokens_per_sec:
+        return {"price_per_gpu_hour": price, "cost_per_1k_samples_usd": None, "cost_per_1m_tokens_usd": None}
+    per_second = price * world_size / 3600
+    return {
+        "price_per_gpu_hour": price,
+        "cost_per_1k_samples_usd": per_second / samples_per_sec * 1000,
+        "cost_per_1m_tokens_usd": per_second / tokens_per_sec * 1e6,
+    }
 
 
 def _gap_flag(measured: float | None, predicted: float | None, gap: float | None) -> str | None:

@@ -7,12 +7,17 @@ torch is loaded, and the worker side receives the same object.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 Dtype = Literal["bf16", "fp16", "fp32"]
 Offload = Literal["none", "cpu", "nvme"]
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32")
+WORKLOADS: tuple[str, ...] = ("causal_lm", "lora", "seq2seq")
+"""causal_lm: pre-training a decoder; lora: LoRA fine-tuning of one (seed 001); seq2seq: an
+encoder-decoder Transformer on synthetic token pairs, from memory or disk (seed 003)."""
+OPTIMIZERS: tuple[str, ...] = ("adamw_torch", "paged_adamw_8bit")
+DATA_SOURCES: tuple[str, ...] = ("memory", "disk")
 OFFLOAD_SUFFIX = {"cpu": "_offload", "nvme": "_nvme"}
 
 
@@ -166,8 +171,31 @@ class RunSpec:
     """Untimed steps after the window run under torch.profiler (collectives, host-device copies)."""
     trace: bool = False
     """Keep rank 0's profiler trace of those steps beside the result (Perfetto, TensorBoard)."""
-    extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
-    """Options later workloads add (kept out of equality so RunSpecs stay comparable)."""
+    workload: str = "causal_lm"
+    """What is trained (WORKLOADS); a benchmark file sets it with its llmbench marker."""
+    model_config: tuple[tuple[str, Any], ...] = ()
+    """Overrides of the preset's config (--llmbench-model-config), sorted (key, value) pairs."""
+    optimizer: str = "adamw_torch"
+    """adamw_torch, or paged_adamw_8bit (bitsandbytes, CUDA only; seed 001's choice)."""
+    lora_rank: int = 16
+    """LoRA rank r for the lora workload (alpha = 2r)."""
+    data: str = "memory"
+    """memory: batches made before timing; disk: seq2seq reads numbered binary shards through a
+    DataLoader with workers and pinned memory, so storage speed shows in the numbers."""
+    data_dir: str | None = None
+    """Where disk shards are written once and reused (default: .llmbench-data/ in the results dir)."""
+    data_workers: int = 2
+    """DataLoader worker processes for disk data."""
+    dataset_samples: int = 0
+    """seq2seq: samples per epoch (0: enough for 20 steps per rank)."""
+    epochs: int = 2
+    """seq2seq: measured epochs."""
+    warmup_epochs: int = 1
+    """seq2seq: epochs run first and left out of every statistic."""
+    shard_mb: float = 128.0
+    """seq2seq: target size of one disk shard in MB (seed 003: about 128)."""
+    diagnostic: str | None = None
+    """The seed-001 diagnostic variant this run is (baseline, optimizer, lora_rank, ...), if any."""
 
     def __post_init__(self) -> None:
         parse_strategy(self.name)
@@ -177,6 +205,22 @@ class RunSpec:
                 raise SpecError(f"{name} must be a whole number of at least 1; got {value!r}.")
         if not isinstance(self.profile_steps, int) or self.profile_steps < 0:
             raise SpecError(f"profile_steps must be 0 or more; got {self.profile_steps!r}.")
+        choices = {"workload": WORKLOADS, "optimizer": OPTIMIZERS, "data": DATA_SOURCES}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise SpecError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}.")
+        for name in ("lora_rank", "epochs"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"{name} must be 1 or more; got {getattr(self, name)!r}.")
+        if self.data_workers < 0 or self.warmup_epochs < 0 or self.dataset_samples < 0:
+            raise SpecError("data_workers, warmup_epochs and dataset_samples must be 0 or more.")
+        if self.shard_mb <= 0:
+            raise SpecError(f"shard_mb must be above 0; got {self.shard_mb!r}.")
+        if self.data == "disk" and self.workload != "seq2seq":
+            raise SpecError(
+                f"disk data is read by the seq2seq workload only; {self.workload} trains on batches made "
+                "in memory. Drop --llmbench-data=disk for this benchmark."
+            )
         if self.trace and self.profile_steps < 1:
             raise SpecError("a profiler trace needs profiled steps: profile_steps must be 1 or more.")
         if not isinstance(self.warmup, int) or self.warmup < 0:
@@ -210,7 +254,10 @@ class RunSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        # JSON turns the (key, value) pairs into lists
+        values["model_config"] = tuple(tuple(kv) for kv in values.get("model_config", ()))
+        return cls(**values)
 
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)

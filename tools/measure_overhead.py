@@ -42,7 +42,7 @@ from llmbench_pytest.worker.strategies.deepspeed_zero import build_config
 
 def bare_loop(spec: RunSpec, device: torch.device) -> float:
     """Tokens/s of a plain loop; the strategy is wired by hand, not through llmbench's modules."""
-    built = build_model(spec, resolve_model(spec.model), device)
+    built = build_model(spec, resolve_model(spec.model, spec.model_config), device)
     model = built.module
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(spec.dtype)
     fused = {"fused": True} if device.type == "cuda" else {"foreach": True}

@@ -8,6 +8,7 @@ LoRA-wrapped models plug in through `WORKLOADS` with their own builder and loss.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,10 @@ def _config(preset: ModelPreset) -> Any:
         from transformers import GPT2Config
 
         return GPT2Config(**preset.config)
+    if preset.architecture == "mistral":
+        from transformers import MistralConfig
+
+        return MistralConfig(**preset.config)
     from transformers import AutoConfig
 
     # A local config file: AutoConfig picks the class from its model_type, nothing is downloaded.
@@ -118,12 +123,53 @@ def build_causal_lm(spec: RunSpec, preset: ModelPreset, device: torch.device) ->
     )
 
 
+# LoRA targets by architecture: the attention projections, as seed 001's recipe adapts them
+_LORA_TARGETS = {
+    "llama": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "mistral": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "gpt2": ["c_attn", "c_proj"],
+}
+_HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def build_lora(spec: RunSpec, preset: ModelPreset, device: torch.device) -> BuiltModel:
+    """A causal LM with peft LoRA adapters; the base weights are frozen.
+
+    As fine-tuning recipes load it, the frozen base is kept in the 16-bit precision of the run
+    (bf16/fp16: no fp32 master copy is needed for weights that never change), while peft keeps
+    the small adapters in fp32 and autocast computes in 16-bit.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    built = build_causal_lm(spec, preset, device)
+    if spec.dtype in _HALF:
+        built.module.to(_HALF[spec.dtype])
+    model_type = getattr(built.module.config, "model_type", preset.architecture)
+    targets = _LORA_TARGETS.get(model_type, _LORA_TARGETS["llama"])
+    config = LoraConfig(
+        r=spec.lora_rank, lora_alpha=2 * spec.lora_rank, lora_dropout=0.0, target_modules=targets, bias="none"
+    )
+    module = get_peft_model(built.module, config)
+    trainable = sum(p.numel() for p in module.parameters() if p.requires_grad)
+    base = built.flops.matmul_params
+    built.flops = dataclasses.replace(built.flops, matmul_params=base + trainable, frozen_matmul_params=base)
+    built.module = module
+    built.summary.update(
+        workload="lora",
+        lora_rank=spec.lora_rank,
+        lora_targets=targets,
+        trainable_params=trainable,
+        flops_per_token=built.flops.per_token,
+    )
+    return built
+
+
 # Workload name -> builder. The pre-training benchmark uses "causal_lm".
 WORKLOADS: dict[str, Callable[[RunSpec, ModelPreset, torch.device], BuiltModel]] = {
     "causal_lm": build_causal_lm,
+    "lora": build_lora,
 }
 
 
 def build_model(spec: RunSpec, preset: ModelPreset, device: torch.device) -> BuiltModel:
-    workload = spec.extra.get("workload", "causal_lm")
-    return WORKLOADS[workload](spec, preset, device)
+    return WORKLOADS[spec.workload](spec, preset, device)

@@ -53,7 +53,7 @@ def run_benchmark(
     repo_dir: str | None = None,
     trace_dir: Path | None = None,
 ) -> Measurement:
-    preset = resolve_model(spec.model)
+    preset = resolve_model(spec.model, spec.model_config)
     started = time.perf_counter()
     samples: LoopSamples | None = None
     link: float | None = None

@@ -46,10 +46,17 @@ def autocast(spec: RunSpec, device: torch.device) -> contextlib.AbstractContextM
     return torch.autocast(device_type=device.type, dtype=AMP_DTYPES[spec.dtype])
 
 
-def adamw(params: Any, spec: RunSpec, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW as a user would pick it: the fused CUDA kernel on GPU, foreach on CPU."""
+def make_optimizer(params: Any, spec: RunSpec, device: torch.device) -> torch.optim.Optimizer:
+    """The run's optimizer over the parameters that train (LoRA freezes the rest): torch's AdamW
+    as a user would pick it (the fused CUDA kernel on GPU, foreach on CPU), or bitsandbytes'
+    paged 8-bit AdamW (seed 001), whose state pages to host memory under pressure."""
+    trainable = [p for p in params if p.requires_grad]
+    if spec.optimizer == "paged_adamw_8bit":
+        import bitsandbytes as bnb
+
+        return bnb.optim.PagedAdamW8bit(trainable, lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.0)
     impl = {"fused": True} if device.type == "cuda" else {"foreach": True}
-    return torch.optim.AdamW(params, lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.0, **impl)
+    return torch.optim.AdamW(trainable, lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.0, **impl)
 
 
 def compile_blocks(built: BuiltModel) -> int:
@@ -62,5 +69,7 @@ def compile_blocks(built: BuiltModel) -> int:
     return len(blocks)
 
 
-def optimizer_kind(device: torch.device) -> str:
+def optimizer_kind(spec: RunSpec, device: torch.device) -> str:
+    if spec.optimizer == "paged_adamw_8bit":
+        return "bitsandbytes.optim.PagedAdamW8bit"
     return "torch.optim.AdamW(fused)" if device.type == "cuda" else "torch.optim.AdamW(foreach)"

@@ -11,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ...spec import RunSpec
 from ..dist import DistContext
 from ..models import BuiltModel
-from .base import adamw, autocast, compile_blocks, optimizer_kind
+from .base import autocast, compile_blocks, make_optimizer, optimizer_kind
 
 
 class DDPStrategy:
@@ -23,7 +23,7 @@ class DDPStrategy:
         self.model = DistributedDataParallel(
             built.module, device_ids=device_ids, gradient_as_bucket_view=True
         )
-        self.optimizer = adamw(self.model.parameters(), spec, ctx.device)
+        self.optimizer = make_optimizer(self.model.parameters(), spec, ctx.device)
         # fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none
         self.scaler = torch.amp.GradScaler(ctx.device.type) if spec.dtype == "fp16" else None
 
@@ -52,7 +52,7 @@ class DDPStrategy:
             if self.spec.dtype != "fp32"
             else "none",
             "loss_scaling": "torch.amp.GradScaler" if self.scaler else None,
-            "optimizer": optimizer_kind(self.device),
+            "optimizer": optimizer_kind(self.spec, self.device),
             "compiled_blocks": self.compiled,
         }
 

@@ -19,7 +19,7 @@ import torch
 from ...spec import RunSpec
 from ..dist import DistContext
 from ..models import BuiltModel
-from .base import compile_blocks
+from .base import compile_blocks, make_optimizer
 
 # DeepSpeed's op builder parses TORCH_CUDA_ARCH_LIST entries as integers and so rejects the
 # arch-specific suffixes PyTorch accepts ("9.0a" for Hopper: DeepSpeed issue 7589). Its kernels
@@ -114,10 +114,15 @@ class DeepSpeedStrategy:
         self.built, self.spec = built, spec
         self.compiled = compile_blocks(built) if spec.compile else 0
         self.config = build_config(spec, built.hidden_size, ctx.device)
+        client = None
+        if spec.optimizer != "adamw_torch":  # bitsandbytes' paged 8-bit AdamW replaces DeepSpeed's
+            client = make_optimizer(built.module.parameters(), spec, ctx.device)
+            self.config.pop("optimizer")
         # the default process group already exists; DeepSpeed joins it instead of making one
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=built.module,
             model_parameters=[p for p in built.module.parameters() if p.requires_grad],
+            optimizer=client,
             config=self.config,
             dist_init_required=False,
         )

@@ -17,7 +17,7 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from ...spec import RunSpec
 from ..dist import DistContext
 from ..models import BuiltModel
-from .base import AMP_DTYPES, adamw, compile_blocks, optimizer_kind
+from .base import AMP_DTYPES, compile_blocks, make_optimizer, optimizer_kind
 
 
 class FSDPStrategy:
@@ -39,7 +39,7 @@ class FSDPStrategy:
         fully_shard(module, mesh=mesh, reshard_after_forward=self.reshard_after_forward, mp_policy=policy)
         self.units = len(blocks) + 1
         self.model = module
-        self.optimizer = adamw(module.parameters(), spec, ctx.device)
+        self.optimizer = make_optimizer(module.parameters(), spec, ctx.device)
         # fp16 needs loss scaling; the sharded scaler all-reduces "found inf" so that every rank
         # skips the same steps (each rank only sees its own gradient shard)
         self.scaler = ShardedGradScaler(ctx.device.type) if spec.dtype == "fp16" else None
@@ -69,7 +69,7 @@ class FSDPStrategy:
             if self.spec.dtype != "fp32"
             else "none",
             "loss_scaling": "ShardedGradScaler" if self.scaler else None,
-            "optimizer": optimizer_kind(self.device),
+            "optimizer": optimizer_kind(self.spec, self.device),
             "compiled_blocks": self.compiled,
         }
 
