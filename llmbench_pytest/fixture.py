@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
-from . import checks, recording
+from . import batch_search, checks, recording
 from .launcher import Launch, run_group
 from .measurement import Measurement
+from .presets import tiers
 from .results import (
     RunPaths,
     RunResult,
@@ -37,6 +38,8 @@ from .session import LlmbenchSession
 from .spec import RunSpec
 
 log = logging.getLogger("llmbench")
+TRIAL_STEPS = 3
+"""Measured steps of one batch-search trial: enough for tokens/s, short enough to try many sizes."""
 
 
 class LlmbenchWarning(UserWarning):
@@ -70,14 +73,14 @@ class LlmbenchFixture:
             "price": self.session.options.price,
         }
 
-    def _measure(self, paths: RunPaths | None, meta: dict[str, Any]) -> Measurement:
-        """One run of this configuration, by whichever means the session starts ranks."""
+    def _measure(self, paths: RunPaths | None, meta: dict[str, Any], spec: RunSpec) -> Measurement:
+        """One run of `spec`, by whichever means the session starts ranks."""
         from_rootdir = str(self.request.config.rootpath)
         if self.session.mode == "launcher":
             assert paths is not None
-            launch = Launch(run_dir=paths.directory, log_path=paths.log, world_size=self.spec.world_size)
+            launch = Launch(run_dir=paths.directory, log_path=paths.log, world_size=spec.world_size)
             try:
-                return run_group(self.spec, launch, self.session.options.timeout, from_rootdir)
+                return run_group(spec, launch, self.session.options.timeout, from_rootdir)
             finally:
                 meta["launch"] = launch.timings
         from .worker.run import run_benchmark
@@ -90,14 +93,14 @@ class LlmbenchFixture:
         log.setLevel(logging.INFO)
         try:
             trace_dir = paths.directory if paths is not None else None
-            return run_benchmark(self.spec, self.session.dist(), log, from_rootdir, trace_dir)
+            return run_benchmark(spec, self.session.dist(), log, from_rootdir, trace_dir)
         finally:
             if handler is not None:
                 log.removeHandler(handler)
                 handler.close()
 
-    def _run_once(self, index: int, count: int) -> RunResult:
-        spec = self.spec
+    def _run_once(self, index: int, count: int, spec: RunSpec | None = None) -> RunResult:
+        spec = spec or self.spec
         meta = self._meta()
         meta["repeat"] = {"index": index, "count": count}
         paths = None
@@ -107,7 +110,7 @@ class LlmbenchFixture:
             write_json_atomic(paths.result, placeholder(spec, "running", meta))
         log.info("%s (run %d of %d): %s", self.request.node.nodeid, index, count, spec.to_dict())
         try:
-            measurement = self._measure(paths, meta)
+            measurement = self._measure(paths, meta, spec)
         except BaseException as exc:  # Ctrl-C or SIGTERM: leave a truthful record, then stop
             if paths is not None:
                 meta["finished_at"] = now_iso()
@@ -124,13 +127,24 @@ class LlmbenchFixture:
         """Train this test's configuration (--llmbench-repeat times); record it; fail if a run failed."""
         __tracebackhide__ = True  # a failed run points at the test's line, not at this helper
         count = self.session.options.repeat
+        spec, search = self.spec, None
+        if self.session.options.find_batch:
+            search = self._search_batch()
+            if search.best_batch is None:
+                tried = ", ".join(f"{t.batch}: {t.status} {t.reason}".strip() for t in search.trials)
+                pytest.fail(f"{spec.name}: no per-device batch fits (tried {tried})")
+            spec = spec.replace(per_device_batch=search.best_batch)
         runs: list[RunResult] = []
         for index in range(1, count + 1):
-            run = self._run_once(index, count)
+            run = self._run_once(index, count, spec)
             runs.append(run)
             if run["status"] != "ok":
                 break
         result = runs[-1]
+        if search is not None:
+            result.data["batch_search"] = search.to_dict()
+            if result.paths is not None:
+                write_json_atomic(result.paths.result, result.data)
         if count > 1 and result["status"] == "ok":
             result.data["repeats"] = summarize_repeats(runs)
             if result.paths is not None:
@@ -151,6 +165,42 @@ class LlmbenchFixture:
             where = f"\nresult: {result.path}" if result.path else ""
             pytest.fail(f"{self.spec.name} {result['status']}: {result['error']}{where}")
         return result
+
+    def memory_limit_gb(self) -> float | None:
+        """The memory check's limit: --llmbench-vram-limit-gb, else a chosen tier's, else (None) the
+        device's own memory."""
+        opts = self.session.options
+        if opts.vram_limit_gb:
+            return opts.vram_limit_gb
+        return tiers()[self.spec.tier].vram_limit_gb if opts.tier != "auto" else None
+
+    def _search_batch(self) -> batch_search.SearchResult:
+        """Short trial runs at several batch sizes; see batch_search.py."""
+        opts = self.session.options
+        cap = opts.max_batch or (256 if self.spec.device == "cuda" else 16)
+        limit = self.memory_limit_gb()
+        trial_base = self.spec.replace(steps=TRIAL_STEPS, warmup=1, profile_steps=0, trace=False)
+
+        def try_batch(batch: int) -> batch_search.Trial:
+            spec = trial_base.replace(per_device_batch=batch)
+            paths = None
+            if self.writer:
+                paths = claim_run_paths(self.session.results_dir / ".batch-search", spec)
+            m = self._measure(paths, self._meta(), spec)
+            data = build_result(spec, m, {})
+            if m.status not in ("ok", "oom"):
+                raise batch_search.SearchAborted(f"batch {batch}: {m.status}: {m.error}")
+            memory = checks.check_memory(data, limit)
+            fits = m.status == "ok" and memory.passed is not False
+            reason = (m.error or "")[:200] if m.status == "oom" else ("" if fits else memory.message)
+            log.info("batch search %s: batch %d %s", spec.name, batch, "fits" if fits else "does not fit")
+            peak = data["peak_reserved_gb"] if spec.device == "cuda" else data["peak_host_rss_gb"]
+            return batch_search.Trial(batch, fits, m.status, data["tokens_per_sec"], peak, reason)
+
+        try:
+            return batch_search.search(try_batch, self.spec.per_device_batch, cap)
+        except batch_search.SearchAborted as exc:
+            pytest.fail(f"{self.spec.name}: batch search stopped: {exc}")
 
     def validate(
         self, result: RunResult | None = None, checks_to_run: Iterable[str] = checks.CHECKS
@@ -177,7 +227,7 @@ class LlmbenchFixture:
         if unknown:
             raise ValueError(f"unknown check(s) {unknown}; choose from {', '.join(checks.CHECKS)}")
         run = {
-            "memory": lambda: checks.check_memory(data, opts.vram_limit_gb),
+            "memory": lambda: checks.check_memory(data, self.memory_limit_gb()),
             "step_time_cv": lambda: checks.check_step_time_cv(data, opts.max_cv),
             "loss_falls": lambda: checks.check_loss_falls(data),
             "sharding": lambda: checks.check_sharding(data, self.session.peers(data)),

@@ -2,7 +2,7 @@
 
 Standard library only. Every setting has one parser, used for the command line, the ini file
 and the `llmbench` marker alike, so a bad value gets the same message wherever it came from.
-Precedence: marker > command line > ini > default.
+Precedence: command line > the test's marker > ini > default (plugin.options_for).
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(s.ini, help=s.help, default=None)
 
 
-def _read_options(config: pytest.Config) -> SessionOptions:
+def _raw_settings(config: pytest.Config) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The settings given in the ini file and on the command line, unparsed."""
     ini: dict[str, Any] = {}
     cli: dict[str, Any] = {}
     for s in SETTINGS:
@@ -55,7 +56,20 @@ def _read_options(config: pytest.Config) -> SessionOptions:
         raw_cli = config.getoption("llmbench_" + s.name)
         if raw_cli is not None:
             cli[s.name] = raw_cli
-    return SessionOptions().with_values(ini, "ini").with_values(cli, "command line")
+    return ini, cli
+
+
+def options_for(
+    ini: dict[str, Any], marker: dict[str, Any] | None, cli: dict[str, Any], origin: str
+) -> SessionOptions:
+    """Precedence: command line, then the test's marker, then the ini file, then defaults. A marker
+    that names a workload keeps it: the workload is what the benchmark is, not a knob."""
+    options = SessionOptions().with_values(ini, "ini")
+    if marker:
+        options = options.with_values(marker, origin)
+        if "workload" in marker:
+            cli = {k: v for k, v in cli.items() if k != "workload"}
+    return options.with_values(cli, "command line")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -66,8 +80,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "@pytest.mark.llmbench(model='gpt2', strategies='ddp,zero2', seq_lens=[512, 1024]).",
     )
     env = rank_env()
+    ini, cli = _raw_settings(config)
     try:
-        options = _read_options(config)
+        options = options_for(ini, None, cli, "")
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
     if env.under_torchrun and config.getoption("numprocesses", None) not in (None, 0, "0"):
@@ -80,6 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not env.is_writer:
         _no_writes_on_this_rank(config)
     session = LlmbenchSession(config, options, env)
+    session.raw_settings = (ini, cli)
     if env.is_writer:
         _check_writable(session.results_dir)
     config.stash[SESSION_KEY] = session
@@ -182,7 +198,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             if marker.args:
                 raise SpecError(f"@pytest.mark.llmbench takes keyword settings only; got {marker.args!r}")
             origin = f"@pytest.mark.llmbench on {metafunc.definition.nodeid}"
-            options = options.with_values(dict(marker.kwargs), origin)
+            ini, cli = session.raw_settings
+            options = options_for(ini, dict(marker.kwargs), cli, origin)
         hw = session.hardware()
         sizes = world_sizes(options, hw, session.mode, session.world_size)
         entries = build_matrix(options, hw, sizes, launched=session.mode == "launcher")

@@ -29,6 +29,8 @@ class LlmbenchSession:
         self._peers: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
         self.result_paths: list[Path] = []
         self.interrupted = False
+        self.raw_settings: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+        """(ini, command line) settings as given, for per-test merging with markers."""
         self.summary_lines: list[str] = []
         """Report and gate output for the terminal summary."""
 

@@ -1,7 +1,8 @@
 """Runs inside each rank: a test-only switch that makes a chosen run fail in a chosen way.
 
 LLMBENCH_INJECT_FAULT="<strategy>:<kind>[:<rank>]" (kind: oom, error, hang, exit, kill) makes
-the first measured step of that strategy raise an out-of-memory error, raise a runtime error,
+the first measured step of that strategy raise an out-of-memory error (`oom>N`: only at per-device
+batches above N), raise a runtime error,
 sleep forever, exit with code 13, or die from SIGKILL, on the given rank (all ranks when
 omitted). The fault is raised
 inside the real training step, so what follows (status, result.json, the agreement between
@@ -27,11 +28,13 @@ def maybe_inject(spec: RunSpec, rank: int) -> None:
     if not raw:
         return
     parts = raw.split(":")
-    if len(parts) not in (2, 3) or parts[1] not in KINDS:
+    if len(parts) not in (2, 3) or parts[1].split(">")[0] not in KINDS:
         raise ValueError(f"{ENV}={raw!r}: expected <strategy>:<{'|'.join(KINDS)}>[:<rank>]")
     if parts[0] != spec.name or (len(parts) == 3 and int(parts[2]) != rank):
         return
-    kind = parts[1]
+    kind, _, above = parts[1].partition(">")
+    if above and spec.per_device_batch <= int(above):
+        return  # "oom>8": only batches above 8 run out of memory (the batch search's test)
     if kind == "oom":
         raise torch.OutOfMemoryError(f"out of memory (injected by {ENV}={raw})")
     if kind == "error":

@@ -1,0 +1,54 @@
+"""LoRA fine-tuning and seed 001's diagnostic matrix, trained for real at CPU size."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import LOOSE_CV, REPO
+
+
+@pytest.fixture
+def lora_bench(bench):
+    for name in ("test_finetune_lora.py", "test_lora_diagnostic.py"):
+        (bench.path / "benchmarks" / name).write_text((REPO / "benchmarks" / name).read_text())
+    return bench
+
+
+def runs(path: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in path.glob("results/*_results/result.json")]
+
+
+def test_lora_trains_only_the_adapters_and_prices_the_samples(lora_bench):
+    result = lora_bench.runpytest_subprocess(
+        "benchmarks/test_finetune_lora.py",
+        LOOSE_CV,
+        "--llmbench-launch=inprocess",
+        "--llmbench-strategies=ddp,zero3",
+        "--llmbench-lora-rank=8",
+        "--llmbench-price=0.60",
+    )
+    result.assert_outcomes(passed=2)
+    for run in runs(lora_bench.path):
+        assert run["workload"] == "lora" and run["model"] == "mistral-tiny" and run["lora_rank"] == 8
+        assert 0 < run["trainable_params"] < run["params"] / 20  # adapters only
+        assert run["last_loss"] < run["first_loss"]
+        # seed 001: cost per 1K samples = $/GPU-hour x GPUs / 3600 / samples per second x 1000
+        assert run["cost_per_1k_samples_usd"] == pytest.approx(0.60 / 3600 / run["samples_per_sec"] * 1000)
+        assert abs(run["model_state_gap"]) < 0.25, run["strategy"]
+
+
+def test_diagnostic_matrix_runs_every_variant_it_can(lora_bench):
+    result = lora_bench.runpytest_subprocess(
+        "benchmarks/test_lora_diagnostic.py", LOOSE_CV, "--llmbench-launch=inprocess", "-v", "-rs"
+    )
+    # no GPU here: the paged 8-bit optimizer variant is skipped with its reason
+    result.assert_outcomes(passed=5, skipped=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*paged_adamw_8bit (bitsandbytes)*needs a GPU*"])
+    found = {run["diagnostic"]: run for run in runs(lora_bench.path)}
+    assert set(found) == {"baseline", "lora_rank", "shorter_seq", "shorter_seq_larger_batch", "fp16"}
+    base = found["baseline"]
+    assert found["lora_rank"]["lora_rank"] == base["lora_rank"] // 2
+    assert found["shorter_seq"]["seq_len"] == base["seq_len"] // 2
+    assert found["shorter_seq_larger_batch"]["per_device_batch"] == 2 * base["per_device_batch"]
+    assert found["fp16"]["dtype"] == "fp16"
