@@ -1,6 +1,7 @@
 """--llmbench-find-batch: doubling, then bisecting; an out-of-memory trial is a data point."""
 
 import json
+import sys
 
 from conftest import LOOSE_CV
 from llmbench_pytest.batch_search import Trial, search
@@ -69,6 +70,11 @@ def test_search_recovers_from_real_out_of_memory_errors_in_the_session(bench, mo
         (8, "oom"),
     ]
     assert run["per_device_batch"] == found["best_batch"] and run["status"] == "ok"
+    report = bench.run(sys.executable, "-m", "llmbench_pytest.cli", "report", "results", "--no-plots", "-q")
+    assert report.ret == 0
+    md = (bench.path / "results" / "summary" / "BENCHMARK_REPORT.md").read_text()
+    assert "## Batch search" in md and "2, 4, 5 (oom), 6 (oom), 8 (oom)" in md
+    assert "- batch search: ddp: fastest at batch" in md
 
 
 def test_a_tier_sets_the_memory_limit(bench):

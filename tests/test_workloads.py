@@ -1,6 +1,7 @@
 """LoRA fine-tuning and seed 001's diagnostic matrix, trained for real at CPU size."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,12 @@ def test_diagnostic_matrix_runs_every_variant_it_can(lora_bench):
     assert found["shorter_seq"]["seq_len"] == base["seq_len"] // 2
     assert found["shorter_seq_larger_batch"]["per_device_batch"] == 2 * base["per_device_batch"]
     assert found["fp16"]["dtype"] == "fp16"
+
+    # the report shows each variant's speed-up over the baseline and what worked
+    report = lora_bench.run(
+        sys.executable, "-m", "llmbench_pytest.cli", "report", "results", "--no-plots", "-q"
+    )
+    assert report.ret == 0
+    md = (lora_bench.path / "results" / "summary" / "BENCHMARK_REPORT.md").read_text()
+    assert "## Diagnostic matrix (seed 001)" in md and "| what worked | what did not |" in md
+    assert "shorter_seq_larger_batch | seq 128 -> 64, batch 4 -> 8 |" in md.replace("  ", " ")

@@ -45,6 +45,13 @@ class ConfigKey(NamedTuple):
     grad_ckpt: bool
     compile: bool
     """torch.compile'd runs are another configuration, never repeats of eager ones."""
+    workload: str
+    """causal_lm, lora or seq2seq."""
+    optimizer: str
+    lora_rank: int
+    """0 outside the lora workload."""
+    data: str
+    """memory or disk (seq2seq)."""
     hardware: str
     """GPU name, 'CPU' or 'unknown device'."""
     nodes: int
@@ -61,7 +68,8 @@ class ConfigKey(NamedTuple):
         return self.world_size * self.per_device_batch * self.grad_accum
 
     def sort_key(self) -> tuple[Any, ...]:
-        return (*self[:8], self.world_size, self.nodes, strategy_rank(self.strategy))
+        shape = self[: self._fields.index("hardware") + 1]
+        return (*shape, self.world_size, self.nodes, strategy_rank(self.strategy))
 
 
 def config_key(run: Run) -> ConfigKey:
@@ -74,6 +82,10 @@ def config_key(run: Run) -> ConfigKey:
         dtype=str(d.get("dtype") or "?"),
         grad_ckpt=bool(d.get("grad_ckpt")),
         compile=bool(d.get("compile")),
+        workload=str(d.get("workload") or "causal_lm"),
+        optimizer=str(d.get("optimizer") or "adamw_torch"),
+        lora_rank=int(d.get("lora_rank") or 0),
+        data=str(d.get("data") or "memory"),
         hardware=run.hardware,
         nodes=int(d.get("nodes") or 1),
         world_size=run.world_size,
@@ -215,7 +227,11 @@ def scenario_title(key: ConfigKey) -> str:
         else f"{key.world_size}x {key.hardware}"
     )
     nodes = f" over {key.nodes} nodes" if key.nodes > 1 else ""
+    what = {"lora": f"LoRA r{key.lora_rank} on ", "seq2seq": "encoder-decoder "}.get(key.workload, "")
+    extras = ckpt
+    extras += f", {key.optimizer}" if key.optimizer != "adamw_torch" else ""
+    extras += ", data from disk" if key.data == "disk" else ""
     return (
-        f"{key.model}, seq {key.seq_len}, batch {key.per_device_batch}x{key.grad_accum} per rank, "
-        f"{key.dtype}{ckpt} on {where}{nodes}"
+        f"{what}{key.model}, seq {key.seq_len}, batch {key.per_device_batch}x{key.grad_accum} per rank, "
+        f"{key.dtype}{extras} on {where}{nodes}"
     )

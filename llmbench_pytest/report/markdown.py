@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import fmt, markdown_gpu
+from . import fmt, markdown_gpu, markdown_workloads
 from .collect import Collection, Run
 from .configs import Config, ConfigKey, scenario_title
 from .md_table import capped as _capped
@@ -95,6 +95,9 @@ def _recommendations(recs: Sequence[Recommendation]) -> list[str]:
     for rec in recs:
         out += ["", f"### {rec.title}", ""]
         out += [f"- {s}" for s in rec.sentences()]
+        searched = markdown_workloads.batch_sentence([r for c in rec.configs for r in c.runs])
+        if searched:
+            out.append(f"- {searched}")
         if rec.findings:
             out += ["- Patterns (seed 000):"]
             out += [f"  - {f.line()}" for f in rec.findings]
@@ -232,6 +235,8 @@ def render(
         *_scaling(configs, scaling),
         *_mfu(configs),
         *markdown_gpu.render(configs, runs),
+        *markdown_workloads.diagnostic(runs),
+        *markdown_workloads.batch_search(runs),
         *_failed_checks(runs),
         *_unfinished(runs),
         *_problems(collection),

@@ -99,6 +99,19 @@ GPU_DERIVED_COLUMNS = (
     "timing_events_vs_clock",
 )
 
+WORKLOAD_COLUMNS = (
+    "workload",
+    "optimizer",
+    "lora_rank",
+    "trainable_params",
+    "diagnostic",
+    "data",
+    "price_per_gpu_hour",
+    "cost_per_1k_samples_usd",
+    "cost_per_1m_tokens_usd",
+)
+BATCH_SEARCH_COLUMNS = ("batch_search_max_fitting", "batch_search_best", "batch_search_best_tokens_per_sec")
+
 COLUMNS = (
     *SEED_COLUMNS,
     "scaling_efficiency_pct",
@@ -107,6 +120,8 @@ COLUMNS = (
     *GPU_RESULT_COLUMNS,
     *COMM_COLUMNS,
     *GPU_DERIVED_COLUMNS,
+    *WORKLOAD_COLUMNS,
+    *BATCH_SEARCH_COLUMNS,
 )
 
 
@@ -133,6 +148,11 @@ def row(run: Run, scaling: Scaling | None) -> dict[str, Any]:
     out["run"] = run.name
     out["result_path"] = str(run.path)
     out.update(gpu_cells(d))
+    out.update({c: d.get(c) for c in WORKLOAD_COLUMNS})
+    search = d.get("batch_search") or {}
+    out["batch_search_max_fitting"] = search.get("max_fitting_batch")
+    out["batch_search_best"] = search.get("best_batch")
+    out["batch_search_best_tokens_per_sec"] = search.get("best_tokens_per_sec")
     return {k: _cell(v) for k, v in out.items()}
 
 

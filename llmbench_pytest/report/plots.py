@@ -93,7 +93,8 @@ def panels(configs: Sequence[Config]) -> tuple[list[Panel], int]:
     groups: dict[tuple[Any, ...], list[Config]] = {}
     for c in configs:
         k = c.key
-        panel = (k.model, k.seq_len, k.dtype, k.grad_ckpt, k.compile, k.hardware, k.nodes > 1)
+        model = f"{k.model} ({k.workload})" if k.workload != "causal_lm" else k.model
+        panel = (model, k.seq_len, k.dtype, k.grad_ckpt, k.compile, k.hardware, k.nodes > 1)
         groups.setdefault(panel, []).append(c)
     keys = sorted(groups, key=lambda g: -len(groups[g]))[:MAX_PANELS]
     out = []

@@ -37,9 +37,17 @@ class RecordKey(NamedTuple):
     dtype: str
     grad_ckpt: bool
     compile: bool = False
+    workload: str = "causal_lm"
+    optimizer: str = "adamw_torch"
+    lora_rank: int = 0
+    data: str = "memory"
 
     def label(self) -> str:
         ckpt = (" ckpt" if self.grad_ckpt else "") + (" compile" if self.compile else "")
+        ckpt += f" lora-r{self.lora_rank}" if self.workload == "lora" else ""
+        ckpt += " seq2seq" if self.workload == "seq2seq" else ""
+        ckpt += f" {self.optimizer}" if self.optimizer != "adamw_torch" else ""
+        ckpt += f" {self.data}" if self.data != "memory" else ""
         return (
             f"{self.strategy} ws{self.world_size} seq{self.seq_len} {self.model} "
             f"b{self.per_device_batch}x{self.grad_accum} {self.dtype}{ckpt}"
@@ -145,6 +153,10 @@ def key_of(d: Mapping[str, Any]) -> RecordKey:
         dtype=str(d.get("dtype") or "?"),
         grad_ckpt=bool(d.get("grad_ckpt")),
         compile=bool(d.get("compile")),
+        workload=str(d.get("workload") or "causal_lm"),
+        optimizer=str(d.get("optimizer") or "adamw_torch"),
+        lora_rank=_int(d.get("lora_rank"), 0),
+        data=str(d.get("data") or "memory"),
     )
 
 

@@ -59,7 +59,19 @@ class Scaling:
 
 
 def _series_key(key: ConfigKey, mode: str) -> tuple[Any, ...]:
-    common = (key.model, key.seq_len, key.dtype, key.grad_ckpt, key.compile, key.hardware, key.strategy)
+    common = (
+        key.model,
+        key.seq_len,
+        key.dtype,
+        key.grad_ckpt,
+        key.compile,
+        key.workload,
+        key.optimizer,
+        key.lora_rank,
+        key.data,
+        key.hardware,
+        key.strategy,
+    )
     if mode == "weak":
         return (*common, key.per_device_batch, key.grad_accum)
     return (*common, key.global_batch)

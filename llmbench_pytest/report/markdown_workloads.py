@@ -1,0 +1,153 @@
+"""Report sections for the seeds' other workloads: seed 001's diagnostic matrix and the batch search.
+
+Standard library and tabulate (through md_table). Sections are absent when no run carries the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import fmt
+from .collect import Run
+from .md_table import md_table
+
+WORKED = 1.05
+"""A variant 'worked' when it is at least 5% faster than the baseline in samples/s (seed 001's
+table reports speed-ups in samples/s); smaller changes are within run-to-run noise."""
+
+_KNOBS = ("seq_len", "per_device_batch", "optimizer", "lora_rank", "dtype")
+
+
+def _group(run: Run) -> tuple[Any, ...]:
+    d = run.data
+    return (d.get("model"), d.get("strategy"), d.get("world_size"), run.hardware, d.get("workload"))
+
+
+def _change(base: dict[str, Any], d: dict[str, Any]) -> str:
+    names = {"seq_len": "seq", "per_device_batch": "batch", "lora_rank": "LoRA r"}
+    parts = [f"{names.get(k, k)} {base.get(k)} -> {d.get(k)}" for k in _KNOBS if d.get(k) != base.get(k)]
+    return ", ".join(parts) or "-"
+
+
+def diagnostic(runs: Sequence[Run]) -> list[str]:
+    """Seed 001's diagnostic matrix: each variant's speed-up over its baseline, and what worked."""
+    groups: dict[tuple[Any, ...], dict[str, Run]] = {}
+    for run in runs:
+        variant = run.data.get("diagnostic")
+        if variant:
+            groups.setdefault(_group(run), {})[variant] = run  # the last repeat of a variant stands
+    if not groups:
+        return []
+    out = [
+        "",
+        "## Diagnostic matrix (seed 001)",
+        "",
+        "Each variant changes one knob of the baseline (the fifth two); its speed-up in samples/s says "
+        f"whether that knob limits the run. A variant at least {WORKED:.2f}x as fast *worked*.",
+    ]
+    for (model, strategy, ws, hardware, workload), variants in groups.items():
+        base_run = variants.get("baseline")
+        out += ["", f"### {strategy}, {model} ({workload}) on {ws}x {hardware}", ""]
+        if base_run is None:
+            out.append("No baseline run among these results: speed-ups cannot be computed.")
+            continue
+        base = dict(base_run.data)
+        base_rate = base.get("samples_per_sec")
+        rows, worked, did_not = [], [], []
+        for name, run in variants.items():
+            d = dict(run.data)
+            rate = d.get("samples_per_sec")
+            speedup = rate / base_rate if rate and base_rate else None
+            rows.append(
+                [
+                    name,
+                    _change(base, d),
+                    fmt.tokens(rate),
+                    fmt.tokens(d.get("tokens_per_sec")),
+                    fmt.ratio(speedup),
+                    fmt.gb(d.get("peak_vram_gb") or d.get("peak_host_rss_gb")),
+                    fmt.money(d.get("cost_per_1k_samples_usd")),
+                    run.status,
+                ]
+            )
+            if name == "baseline":
+                continue
+            line = f"{name} ({_change(base, d)})"
+            if run.status != "ok":
+                did_not.append(f"{line}: {run.status}")
+            elif speedup is not None and speedup >= WORKED:
+                worked.append(f"{line}: {speedup:.2f}x")
+            else:
+                did_not.append(f"{line}: {speedup:.2f}x" if speedup else line)
+        headers = [
+            "variant",
+            "change",
+            "samples/s",
+            "tokens/s",
+            "speed-up",
+            "peak GB",
+            "$/1K samples",
+            "status",
+        ]
+        out += [md_table(headers, rows), ""]
+        out += ["| what worked | what did not |", "|---|---|"]
+        for i in range(max(len(worked), len(did_not), 1)):
+            a = worked[i] if i < len(worked) else ("nothing" if i == 0 else "")
+            b = did_not[i] if i < len(did_not) else ("nothing" if i == 0 else "")
+            out.append(f"| {a} | {b} |")
+    return out
+
+
+def batch_search(runs: Sequence[Run]) -> list[str]:
+    """--llmbench-find-batch: the largest batch that fit and the fastest, per strategy."""
+    searched = [r for r in runs if r.data.get("batch_search")]
+    if not searched:
+        return []
+    rows = []
+    for run in searched:
+        d = run.data
+        s = d["batch_search"]
+        fit = s.get("max_fitting_batch")
+        trials = ", ".join(_trial(t) for t in s.get("trials", []))
+        rows.append(
+            [
+                d.get("strategy"),
+                d.get("world_size"),
+                f"{fit}{' (the largest tried)' if s.get('capped') else ''}" if fit else "none",
+                s.get("best_batch") or "-",
+                fmt.tokens(s.get("best_tokens_per_sec")),
+                trials,
+            ]
+        )
+    headers = ["strategy", "ranks", "largest batch that fits", "fastest batch", "its tokens/s", "trials"]
+    return [
+        "",
+        "## Batch search",
+        "",
+        "Per-device batches tried by --llmbench-find-batch (short runs), doubling then bisecting; the "
+        "run in the results trained at the fastest. A batch fits when its trial finished under the "
+        "memory limit.",
+        "",
+        md_table(headers, rows),
+    ]
+
+
+def _trial(t: dict[str, Any]) -> str:
+    if t["fits"]:
+        return str(t["batch"])
+    return f"{t['batch']} ({t['status'] if t['status'] != 'ok' else 'over the limit'})"
+
+
+def batch_sentence(runs: Sequence[Run]) -> str | None:
+    """One line for a scenario's recommendation when its runs searched their batch."""
+    parts = []
+    for run in runs:
+        s = run.data.get("batch_search")
+        if s and s.get("best_batch"):
+            parts.append(
+                f"{run.strategy}: fastest at batch {s['best_batch']} "
+                f"({fmt.tokens(s.get('best_tokens_per_sec'))} tokens/s), "
+                f"fits up to {s.get('max_fitting_batch')}"
+            )
+    return "batch search: " + "; ".join(parts) if parts else None
