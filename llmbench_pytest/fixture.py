@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from . import batch_search, checks, recording
+from .datasets import with_epoch_steps
 from .launcher import Launch, run_group
 from .measurement import Measurement
 from .presets import tiers
@@ -133,7 +134,7 @@ class LlmbenchFixture:
             if search.best_batch is None:
                 tried = ", ".join(f"{t.batch}: {t.status} {t.reason}".strip() for t in search.trials)
                 pytest.fail(f"{spec.name}: no per-device batch fits (tried {tried})")
-            spec = spec.replace(per_device_batch=search.best_batch)
+            spec = with_epoch_steps(spec.replace(per_device_batch=search.best_batch))
         runs: list[RunResult] = []
         for index in range(1, count + 1):
             run = self._run_once(index, count, spec)
@@ -180,9 +181,15 @@ class LlmbenchFixture:
         cap = opts.max_batch or (256 if self.spec.device == "cuda" else 16)
         limit = self.memory_limit_gb()
         trial_base = self.spec.replace(steps=TRIAL_STEPS, warmup=1, profile_steps=0, trace=False)
+        if self.spec.workload == "seq2seq":
+            # an epoch-based trial: a warm-up epoch and a measured one, TRIAL_STEPS steps each,
+            # from memory (what fits does not depend on the source; no dataset per trial on disk)
+            trial_base = trial_base.replace(epochs=1, warmup_epochs=1, data="memory")
 
         def try_batch(batch: int) -> batch_search.Trial:
             spec = trial_base.replace(per_device_batch=batch)
+            if spec.workload == "seq2seq":
+                spec = with_epoch_steps(spec.replace(dataset_samples=TRIAL_STEPS * spec.samples_per_step))
             paths = None
             if self.writer:
                 paths = claim_run_paths(self.session.results_dir / ".batch-search", spec)

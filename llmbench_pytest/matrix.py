@@ -13,9 +13,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from .datasets import check_data_dir, with_epoch_steps
 from .hardware import Hardware
 from .options import SessionOptions
-from .presets import default_model, resolve_model, tier_for_memory, tiers
+from .presets import default_model, model_names, resolve_model, tier_for_memory, tiers
 from .spec import DEFAULT_STRATEGIES, RunSpec, SpecError, parse_strategy
 
 CPU_STEPS, CPU_WARMUP = 10, 2
@@ -76,6 +77,46 @@ def optimizer_unavailable(optimizer: str, offload: str, hw: Hardware) -> str | N
     return None
 
 
+def check_workload_model(workload: str, name: str, architecture: str) -> None:
+    """The encoder-decoder workload trains encdec presets only, and the others never do."""
+    encdec = [n for n in model_names() if resolve_model(n).architecture == "encdec"]
+    if workload == "seq2seq" and architecture != "encdec":
+        raise SpecError(
+            f"the seq2seq workload trains seed 003's encoder-decoder; {name!r} is a decoder-only model. "
+            f"Pick an encoder-decoder preset: --llmbench-model={' or '.join(encdec)}."
+        )
+    if workload != "seq2seq" and architecture == "encdec":
+        raise SpecError(
+            f"{name!r} is an encoder-decoder: the {workload} workload trains decoder-only models. Run it "
+            "with the seq2seq workload (benchmarks/test_encoder_decoder.py, or --llmbench-workload=seq2seq) "
+            "or pick another --llmbench-model."
+        )
+
+
+ENCDEC_KEYS = (
+    "vocab_size",
+    "d_model",
+    "nhead",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "dim_feedforward",
+)
+
+
+def check_encdec_config(name: str, config: dict[str, Any]) -> None:
+    """Seed 003's shape rules, before any rank starts: every size a positive whole number, and
+    the heads dividing the model width."""
+    for key in (*ENCDEC_KEYS, "max_len"):
+        value = config.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise SpecError(f"{name}: {key} must be a whole number of at least 1; got {value!r}.")
+    if config["d_model"] % config["nhead"]:
+        raise SpecError(
+            f"{name}: nhead {config['nhead']} must divide d_model {config['d_model']}: pick nhead from "
+            f"{', '.join(str(h) for h in range(1, 33) if config['d_model'] % h == 0)}."
+        )
+
+
 def diagnostic_variants(base: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Seed 001's diagnostic matrix around one configuration: each variant changes one knob (the
     fifth, two), so its speed-up over the baseline says whether that knob is the bottleneck."""
@@ -104,6 +145,11 @@ def build_matrix(
     tier = resolve_tier(opts, hw)
     model = opts.model or default_model(opts.workload, hw.device) or tiers()[tier].gpu_model
     preset = resolve_model(model, opts.model_config)
+    check_workload_model(opts.workload, preset.name, preset.architecture)
+    if preset.architecture == "encdec":
+        check_encdec_config(preset.name, preset.config)
+    if opts.workload == "seq2seq" and opts.data_dir is not None:
+        check_data_dir(opts.data_dir)
     seq_lens = opts.seq_lens or (preset.seq_len,)
     limit = preset.max_seq_len
     for seq in seq_lens:
@@ -142,7 +188,6 @@ def build_matrix(
         "model_config": opts.model_config,
         "optimizer": opts.optimizer,
         "lora_rank": opts.lora_rank,
-        "data": opts.data,
         "data_dir": opts.data_dir,
         "data_workers": opts.data_workers,
         "dataset_samples": opts.dataset_samples,
@@ -154,11 +199,20 @@ def build_matrix(
     entries = []
     for name in opts.strategies:
         info, offload = parse_strategy(name)
-        for world_size, seq in ((w, q) for w in sizes for q in seq_lens):
+        # other workloads make their batches in memory: for them the option selects, so a
+        # session of disk runs only (--llmbench-data=disk) skips them with the reason
+        sources = opts.data if opts.workload == "seq2seq" else ("memory",)
+        off_source = None
+        if opts.workload != "seq2seq" and "memory" not in opts.data:
+            off_source = (
+                f"the {opts.workload} workload trains from memory; --llmbench-data={','.join(opts.data)} "
+                "selects the encoder-decoder's disk runs"
+            )
+        for world_size, seq, source in ((w, q, d) for w in sizes for q in seq_lens for d in sources):
             test_id = f"{name}-ws{world_size}-seq{seq}-{preset.name}"
             if opts.workload == "seq2seq":
-                test_id += f"-{opts.data}"
-            too_big = _too_big(world_size, hw) if launched else None
+                test_id += f"-{source}"
+            too_big = (_too_big(world_size, hw) if launched else None) or off_source
             if too_big:
                 entries.append(MatrixEntry(test_id, None, too_big))
                 continue
@@ -173,6 +227,7 @@ def build_matrix(
                 "seq_len": seq,
                 "per_device_batch": opts.batch or preset.batch,
                 "world_size": world_size,
+                "data": source,
                 "nvme_path": opts.nvme_path if offload == "nvme" else None,
             }
             variants = diagnostic_variants(base) if opts.diagnostic else [("", base)]
@@ -194,5 +249,6 @@ def build_matrix(
                         raise  # the user named this strategy: refuse the combination
                     entries.append(MatrixEntry(variant_id, None, str(exc)))  # skip it, with the reason
                     continue
-                entries.append(MatrixEntry(variant_id, spec))
+                # outside the try: a dataset too small for one step is the user's to fix
+                entries.append(MatrixEntry(variant_id, with_epoch_steps(spec)))
     return entries

@@ -84,6 +84,13 @@ def _strategies(raw: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _data_sources(raw: Any) -> tuple[str, ...]:
+    items = _items(raw)
+    if not items:
+        raise SpecError(f"needs a data source: {', '.join(DATA_SOURCES)}, or both comma-separated")
+    return tuple(dict.fromkeys(_choice(*DATA_SOURCES)(x) for x in items))
+
+
 def _seq_lens(raw: Any) -> tuple[int, ...]:
     items = _items(raw)
     if not items:
@@ -202,8 +209,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("seq_lens", "comma-separated sequence lengths (default: the preset's).", _seq_lens, "N[,N...]"),
     Setting("batch", "sequences per rank per micro-step (default: the preset's).", _positive_int, "N"),
     Setting("grad_accum", "micro-steps per optimizer step (default: 1).", _positive_int, "N"),
-    Setting("steps", "measured optimizer steps (default: 10 on CPU, 30 on GPU).", _positive_int, "N"),
-    Setting("warmup", "unmeasured steps first (default: 2 on CPU, 5 on GPU).", _non_negative_int, "N"),
+    Setting(
+        "steps",
+        "measured optimizer steps (default: 10 on CPU, 30 on GPU; the encoder-decoder counts epochs).",
+        _positive_int,
+        "N",
+    ),
+    Setting(
+        "warmup",
+        "unmeasured steps first (default: 2 on CPU, 5 on GPU; the encoder-decoder: warm-up epochs).",
+        _non_negative_int,
+        "N",
+    ),
     Setting(
         "dtype",
         "precision: bf16, fp16 (mixed, fp32 master weights) or fp32 (default: bf16 on GPU, fp32 on CPU).",
@@ -342,10 +359,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("lora_rank", "LoRA rank r for the lora workload; alpha is 2r (default: 16).", _positive_int, "R"),
     Setting(
         "data",
-        "seq2seq data source: memory (generated before timing) or disk (numbered binary shards of about "
-        "--llmbench-shard-mb, written once and reused, read by a DataLoader) (default: memory).",
-        _choice(*DATA_SOURCES),
-        "SOURCE",
+        "seq2seq data source(s): memory (samples held in this process) or disk (numbered binary shards of "
+        "about --llmbench-shard-mb, written once and reused, read cold each epoch), both through a "
+        "DataLoader; 'memory,disk' runs both (default: memory, the encoder-decoder benchmark: both). "
+        "Other workloads train from memory.",
+        _data_sources,
+        "SOURCE[,SOURCE]",
     ),
     Setting(
         "data_dir",
@@ -436,7 +455,7 @@ class SessionOptions:
     model_config: tuple[tuple[str, Any], ...] = ()
     optimizer: str = "adamw_torch"
     lora_rank: int = 16
-    data: str = "memory"
+    data: tuple[str, ...] = ("memory",)
     data_dir: str | None = None
     data_workers: int = 2
     dataset_samples: int = 0

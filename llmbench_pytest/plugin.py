@@ -6,6 +6,7 @@ to that): torch is loaded when a benchmark is collected, never when pytest start
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import tempfile
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from .datasets import DATA_DIR_NAME
 from .fixture import LlmbenchFixture
 from .matrix import build_matrix, world_sizes
 from .options import SETTINGS, SessionOptions
@@ -200,6 +202,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             origin = f"@pytest.mark.llmbench on {metafunc.definition.nodeid}"
             ini, cli = session.raw_settings
             options = options_for(ini, dict(marker.kwargs), cli, origin)
+        if options.workload == "seq2seq":
+            # shards live beside the results unless placed elsewhere; ranks may start in another
+            # directory (the launcher's), so the path they get is absolute
+            where = options.data_dir or str(Path(options.results_dir, DATA_DIR_NAME))
+            options = dataclasses.replace(options, data_dir=str(Path(config.invocation_params.dir, where)))
         hw = session.hardware()
         sizes = world_sizes(options, hw, session.mode, session.world_size)
         entries = build_matrix(options, hw, sizes, launched=session.mode == "launcher")

@@ -19,7 +19,7 @@ from typing import Any
 from .spec import SpecError
 
 # Config keys that bound the sequence length, by architecture family.
-_MAX_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length")
+_MAX_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "max_len")
 
 
 @functools.cache
@@ -34,7 +34,8 @@ class ModelPreset:
 
     name: str
     architecture: str
-    """Family of config class: llama, gpt2, or auto (a local config.json read by AutoConfig)."""
+    """Family of config class: llama, gpt2, mistral, encdec (seed 003's encoder-decoder, built by
+    worker/seq2seq.py), or auto (a local config.json read by AutoConfig)."""
     config: dict[str, Any]
     """Keyword arguments for the config class (for a local file: its parsed contents)."""
     seq_len: int

@@ -243,6 +243,7 @@ def build_result(
         "h2d_source": h2d_source,
         "h2d_link_gbps": _min_rank(m.per_rank, "h2d_link_gbps"),
         "communication": _communication(spec, m, traces, s.mean if ok else None),
+        **_epochs(spec, m),
         "gpu_util_pct": _mean([g["util_pct_mean"] for g in monitors]),
         "gpu_power_w": _mean([g["power_w_mean"] for g in monitors]),
         "sm_clock_mhz": _mean([g["sm_clock_mhz_mean"] for g in monitors]),
@@ -358,6 +359,58 @@ def _communication(
     return out
 
 
+def _epochs(spec: RunSpec, m: Measurement) -> dict[str, Any]:
+    """Epoch-based runs (seq2seq): each measured epoch's wall time, the slowest rank's compute in
+    it, the time no step ran (wall less compute: on a GPU, the device idle between steps), the
+    host's wait for the DataLoader (which on a GPU may overlap queued work), and throughput over
+    the wall clock, which is where slow storage shows."""
+    if spec.workload != "seq2seq":
+        return {}
+    empty = {
+        "epochs": None,
+        "epoch_wall_sec_mean": None,
+        "epoch_samples_per_sec": None,
+        "data_wait_sec_per_epoch": None,
+        "data_wait_fraction": None,
+        "idle_fraction": None,
+        "data_source": _first(m.per_rank, "data_source"),
+    }
+    ranks = [r["epochs"] for r in m.per_rank if r.get("epochs")]
+    if not m.ok or not ranks or not m.step_times:
+        return empty
+    out, start = [], 0
+    for index, first in enumerate(ranks[0]):
+        steps = first["steps"]
+        wall = max(r[index]["wall_sec"] for r in ranks)
+        samples = first["samples_per_rank"] * spec.world_size
+        compute = sum(m.step_times[start : start + steps])
+        out.append(
+            {
+                "epoch": first["epoch"],
+                "steps": steps,
+                "samples": samples,
+                "wall_sec": wall,
+                "compute_sec": compute,
+                "idle_sec": max(0.0, wall - compute),
+                "data_wait_sec": max(r[index]["data_wait_sec"] for r in ranks),
+                "samples_per_sec": samples / wall if wall > 0 else None,
+            }
+        )
+        start += steps
+    walls = sum(e["wall_sec"] for e in out)
+    waits = sum(e["data_wait_sec"] for e in out)
+    idle = sum(e["idle_sec"] for e in out)
+    return {
+        **empty,
+        "epochs": out,
+        "epoch_wall_sec_mean": walls / len(out),
+        "epoch_samples_per_sec": sum(e["samples"] for e in out) / walls if walls > 0 else None,
+        "data_wait_sec_per_epoch": waits / len(out),
+        "data_wait_fraction": waits / walls if walls > 0 else None,
+        "idle_fraction": idle / walls if walls > 0 else None,
+    }
+
+
 def _rank_view(r: dict[str, Any]) -> dict[str, Any]:
     return {
         "rank": r.get("rank"),
@@ -373,6 +426,7 @@ def _rank_view(r: dict[str, Any]) -> dict[str, Any]:
         "h2d_link_gbps": r.get("h2d_link_gbps"),
         "gpu_monitor": r.get("gpu_monitor"),
         "profile": r.get("trace"),
+        "epochs": r.get("epochs"),
     }
 
 

@@ -14,11 +14,18 @@ from llmbench_pytest.worker.models import _config, matmul_params
 def test_preset_builds_its_recorded_parameter_count(name):
     from transformers import AutoModelForCausalLM
 
+    from llmbench_pytest.worker import seq2seq
+
     preset = resolve_model(name)
     with torch.device("meta"):  # shapes only: even the 7B preset builds in milliseconds
-        model = AutoModelForCausalLM.from_config(_config(preset))
+        if preset.architecture == "encdec":
+            model = seq2seq.build_module(preset.config)
+            matmuls = seq2seq.matmul_params(model)
+        else:
+            model = AutoModelForCausalLM.from_config(_config(preset))
+            matmuls = matmul_params(model)
     assert sum(p.numel() for p in model.parameters()) == preset.params
-    assert 0 < matmul_params(model) < preset.params
+    assert 0 < matmuls < preset.params
 
 
 def test_llama_sizes_are_what_their_names_say():
@@ -30,6 +37,12 @@ def test_llama_sizes_are_what_their_names_say():
     assert sizes["llama-1b"] == pytest.approx(1e9, rel=0.1)
     assert sizes["llama-3b"] == pytest.approx(3e9, rel=0.15)
     assert sizes["llama-7b"] == pytest.approx(7e9, rel=0.1)
+
+
+def test_encoder_decoder_sizes_are_what_their_names_say():
+    for name, size in (("encdec-3m", 3.5e6), ("encdec-50m", 50e6), ("encdec-200m", 200e6)):
+        assert resolve_model(name).params == pytest.approx(size, rel=0.1), name
+    assert resolve_model("encdec-3m").max_seq_len == 512
 
 
 def test_unknown_model_is_refused_with_the_choices():

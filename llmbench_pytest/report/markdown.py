@@ -237,6 +237,7 @@ def render(
         *markdown_gpu.render(configs, runs),
         *markdown_workloads.diagnostic(runs),
         *markdown_workloads.batch_search(runs),
+        *markdown_workloads.encoder_decoder(runs),
         *_failed_checks(runs),
         *_unfinished(runs),
         *_problems(collection),

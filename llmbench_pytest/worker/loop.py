@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,26 +51,71 @@ class LoopSamples:
     gpu_monitor_error: str | None = None
     trace: dict[str, Any] | None = None
     """TraceSummary of the profiled steps."""
+    epochs: list[dict[str, Any]] | None = None
+    """Epoch-based workloads (seq2seq): each measured epoch's wall time, steps and data wait."""
+    data: dict[str, Any] | None = None
+    """Epoch-based workloads: where the samples came from (memory, or which shards on disk)."""
 
 
-class _Feed:
-    """Hands out the pre-made micro-batches and counts the bytes copied to the device."""
+class Feed:
+    """Hands out host micro-batches, copies each to the device, and counts the bytes copied.
 
-    def __init__(self, batches: list[torch.Tensor], device: torch.device) -> None:
-        self.batches, self.device = batches, device
-        self.it: Iterator[torch.Tensor] = iter(batches)
+    `source` is any iterator of host batches: the pre-made list of the pre-training loop, or an
+    epoch's DataLoader. `prefetch` takes a step's batches from the source ahead of the step, so
+    that the time spent waiting for them can be told apart from the step itself.
+    """
+
+    def __init__(self, source: Iterable[torch.Tensor], device: torch.device) -> None:
+        self.device = device
+        self.source: Iterator[torch.Tensor] = iter(source)
+        self.pending: list[torch.Tensor] = []
         self.h2d_bytes = 0
 
+    def prefetch(self, count: int) -> float:
+        """Take `count` batches from the source now; returns the seconds spent waiting for them."""
+        started = time.perf_counter()
+        self.pending.extend(next(self.source) for _ in range(count))
+        return time.perf_counter() - started
+
     def next(self) -> torch.Tensor:
-        host = next(self.it)
+        host = self.pending.pop(0) if self.pending else next(self.source)
         if self.device.type == "cuda":
             self.h2d_bytes += host.numel() * host.element_size()
         return host.to(self.device, non_blocking=True)
 
 
-def _backward(strategy: Strategy, feed: _Feed, accum: int) -> torch.Tensor:
+def _backward(strategy: Strategy, feed: Feed, accum: int) -> torch.Tensor:
     losses = [strategy.micro_step(feed.next(), micro == accum - 1) for micro in range(accum)]
     return torch.stack(losses).mean()
+
+
+def after_window(
+    strategy: Strategy,
+    feed: Feed,
+    spec: RunSpec,
+    device: torch.device,
+    log: logging.Logger,
+    rank: int,
+    trace_path: Path | None,
+) -> tuple[dict[str, int], dict[str, Any] | None]:
+    """The untimed steps after the window: the census step, then the profiled steps if asked."""
+    accum = spec.grad_accum
+    _backward(strategy, feed, accum)
+    census = census_bytes()
+    strategy.optimizer_step()
+    if not spec.profile_steps:
+        return census, None
+
+    def step() -> None:
+        _backward(strategy, feed, accum)
+        strategy.optimizer_step()
+
+    keep = trace_path if (spec.trace and rank == 0) else None
+    trace = profile_steps(step, spec.profile_steps, device, keep).to_dict()
+    log.info(
+        "profiled %d steps: %.4f s in collectives per step", spec.profile_steps, trace["comm_sec_per_step"]
+    )
+    return census, trace
 
 
 def timed_loop(
@@ -83,7 +128,7 @@ def timed_loop(
     trace_path: Path | None = None,
 ) -> LoopSamples:
     accum = spec.grad_accum
-    feed = _Feed(batches, device)
+    feed = Feed(batches, device)
 
     warmup_losses = []
     for i in range(spec.warmup):
@@ -117,25 +162,7 @@ def timed_loop(
     gpu = monitor.stop()
     memory = peak.read()
     h2d = feed.h2d_bytes
-
-    _backward(strategy, feed, accum)
-    census = census_bytes()
-    strategy.optimizer_step()
-
-    trace = None
-    if spec.profile_steps:
-
-        def step() -> None:
-            _backward(strategy, feed, accum)
-            strategy.optimizer_step()
-
-        keep = trace_path if (spec.trace and rank == 0) else None
-        trace = profile_steps(step, spec.profile_steps, device, keep).to_dict()
-        log.info(
-            "profiled %d steps: %.4f s in collectives per step",
-            spec.profile_steps,
-            trace["comm_sec_per_step"],
-        )
+    census, trace = after_window(strategy, feed, spec, device, log, rank, trace_path)
 
     losses = [float(v) for v in torch.stack(step_losses).float().cpu()]
     log.info(

@@ -22,6 +22,9 @@ import torch
 
 def census_bytes() -> dict[str, int]:
     """Bytes of distinct tensor storages alive in this process, by device type (cuda, cpu)."""
+    # garbage in reference cycles (a strategy's temporaries) is still listed by get_objects()
+    # until the collector runs; without this the census drifts by a buffer from run to run
+    gc.collect()
     seen: set[int] = set()
     totals: dict[str, int] = {}
     for obj in gc.get_objects():

@@ -2,8 +2,9 @@
 
 A model here is a module plus what the loop and the metrics need from it: the loss for a batch,
 the parameter count, the FLOPs per token (from the config, PaLM appendix B), and the class of
-its repeated block (FSDP shards per block). Causal LMs are built today; encoder-decoder and
-LoRA-wrapped models plug in through `WORKLOADS` with their own builder and loss.
+its repeated block (FSDP shards per block). Each workload (WORKLOADS) has its own builder and
+loss: causal LMs from transformers configs, the same wrapped with LoRA adapters, and seed 003's
+encoder-decoder (seq2seq.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from torch import nn
 from ..flops import FlopsModel
 from ..presets import ModelPreset
 from ..spec import RunSpec
+from .seq2seq import build_seq2seq
 
 
 @dataclass
@@ -168,6 +170,7 @@ def build_lora(spec: RunSpec, preset: ModelPreset, device: torch.device) -> Buil
 WORKLOADS: dict[str, Callable[[RunSpec, ModelPreset, torch.device], BuiltModel]] = {
     "causal_lm": build_causal_lm,
     "lora": build_lora,
+    "seq2seq": build_seq2seq,
 }
 
 

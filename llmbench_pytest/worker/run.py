@@ -23,10 +23,12 @@ from ..spec import RunSpec
 from . import env_info
 from .data import rank_batches
 from .dist import DistContext, all_gather_object, max_over_ranks, mean_over_ranks
+from .epoch_loop import epoch_loop
 from .loop import LoopSamples, extra_steps, timed_loop
 from .memory import release
 from .models import build_model
 from .probes import h2d_link_gbps
+from .seq2seq_data import make_epoch_data
 from .strategies import make_strategy
 
 
@@ -70,23 +72,30 @@ def run_benchmark(
         strategy = make_strategy(spec)
         strategy.setup(built, spec, ctx)
         strategy_info = strategy.describe()
-        count = (spec.warmup + spec.steps + extra_steps(spec)) * spec.grad_accum
-        batches = rank_batches(
-            spec.seed,
-            ctx.rank,
-            ctx.world_size,
-            count,
-            spec.per_device_batch,
-            spec.seq_len,
-            built.vocab_size,
-            pin=ctx.device.type == "cuda",
-        )
+        epoch_data = None
+        if spec.workload == "seq2seq":
+            epoch_data = make_epoch_data(spec, built.vocab_size, ctx, log)
+        else:
+            count = (spec.warmup + spec.steps + extra_steps(spec)) * spec.grad_accum
+            batches = rank_batches(
+                spec.seed,
+                ctx.rank,
+                ctx.world_size,
+                count,
+                spec.per_device_batch,
+                spec.seq_len,
+                built.vocab_size,
+                pin=ctx.device.type == "cuda",
+            )
         link = h2d_link_gbps(ctx.device)
         setup_s = time.perf_counter() - started
         log.info("%s ready in %.1f s", spec.name, setup_s)
         # *.pt.trace.json is the name TensorBoard's profiler plugin looks for
         trace_path = trace_dir / f"rank{ctx.rank}.pt.trace.json" if trace_dir is not None else None
-        samples = timed_loop(strategy, batches, spec, ctx.device, log, ctx.rank, trace_path)
+        if epoch_data is not None:
+            samples = epoch_loop(strategy, epoch_data, spec, ctx.device, log, ctx.rank, trace_path)
+        else:
+            samples = timed_loop(strategy, batches, spec, ctx.device, log, ctx.rank, trace_path)
     except Exception as exc:
         status, error = classify(exc), f"rank {ctx.rank}: {_describe_error(exc)}"
         log.error("%s failed (%s): %s", spec.name, status, error)
@@ -130,6 +139,8 @@ def combine(
             gpu_monitor=samples.gpu_monitor,
             gpu_monitor_error=samples.gpu_monitor_error,
             trace=samples.trace,
+            epochs=samples.epochs,
+            data_source=samples.data,
             **samples.memory,
         )
     ranks: list[dict[str, Any]] = all_gather_object(ctx, mine)  # type: ignore[assignment]

@@ -21,5 +21,7 @@ for f in sorted(glob.glob(sys.argv[1] + "/*_results/result.json")):
           f"comm {c.get('comm_sec_per_step') or 0:.3f} exp {c.get('comm_exposed_sec_per_step') or 0:.3f} "
           f"bus {c.get('bus_gbps') or 0:.0f} h2d {d['h2d_gbps_per_gpu'] or 0:.2f}/{d['h2d_link_gbps'] or 0:.1f} "
           f"util {d['gpu_util_pct'] or 0:.0f} thr {d['throttled']} clk {d['timing']['events_vs_clock'] or 0:+.4f} "
-          f"{(d['error'] or '')[:200]}")
+          + (f"{d.get('data')} epoch-samples/s {d.get('epoch_samples_per_sec') or 0:.0f} "
+             f"wait {d.get('data_wait_fraction') or 0:.3f} " if d.get("epochs") else "")
+          + f"{(d['error'] or '')[:200]}")
 PY

@@ -1,0 +1,149 @@
+"""Runs inside each rank: the encoder-decoder's loop, in epochs over a DataLoader (seed 003).
+
+Warm-up epochs run first and are left out of every number. Each measured epoch is timed by the
+host clock, synchronized at both ends, and holds:
+- the steps (CUDA events or perf_counter around each step, as in the pre-training loop; their
+  statistics are the run's step times, and their sum is the epoch's compute time),
+- data wait: time the host spent blocked on the DataLoader for the next step's batches.
+On a GPU the host runs ahead of the device, so a wait can overlap queued work and cost nothing;
+the time it really cost is the device's idle time between steps, which results.py derives as
+the epoch's wall time less its compute time. On the CPU the two coincide, less loop overhead.
+When storage is slow the epoch's wall time grows while the step times do not: that gap is what
+the data path costs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..spec import RunSpec
+from .faults import maybe_inject
+from .loop import Feed, LoopSamples, _backward, after_window
+from .memory import PeakMemory
+from .monitor import GpuMonitor
+from .seq2seq_data import EpochData
+from .strategies import Strategy
+from .timing import StepClock
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _epochs_from(data: EpochData, first: int) -> Iterator[torch.Tensor]:
+    """Epoch after epoch, each started only when the one before is used up."""
+    index = first
+    while True:
+        yield from data.epoch(index)
+        index += 1
+
+
+def epoch_loop(
+    strategy: Strategy,
+    data: EpochData,
+    spec: RunSpec,
+    device: torch.device,
+    log: logging.Logger,
+    rank: int = 0,
+    trace_path: Path | None = None,
+) -> LoopSamples:
+    accum, steps = spec.grad_accum, data.plan.steps
+    feed = Feed((), device)
+    epoch_index = 0
+
+    warmup_losses: list[float] = []
+    for e in range(spec.warmup_epochs):
+        feed.source = data.epoch(epoch_index)
+        epoch_index += 1
+        started = time.perf_counter()
+        for _ in range(steps):
+            loss = _backward(strategy, feed, accum)
+            strategy.optimizer_step()
+            warmup_losses.append(float(loss))  # warm-up is not timed: waiting here costs nothing
+        log.info(
+            "warm-up epoch %d/%d: %d steps in %.1f s, loss %.4f",
+            e + 1,
+            spec.warmup_epochs,
+            steps,
+            time.perf_counter() - started,
+            warmup_losses[-1],
+        )
+
+    feed.h2d_bytes = 0
+    clock = StepClock(device)
+    peak = PeakMemory(device)
+    peak.reset()
+    monitor = GpuMonitor(device)
+    monitor.start()
+    step_losses: list[torch.Tensor] = []
+    epochs: list[dict[str, Any]] = []
+    clock.start_window()
+    for e in range(spec.epochs):
+        feed.source = data.epoch(epoch_index)
+        epoch_index += 1
+        _sync(device)
+        started = time.perf_counter()
+        wait = 0.0
+        first_step = clock.steps
+        for i in range(steps):
+            if e == 0 and i == 0:
+                maybe_inject(spec, rank)
+            wait += feed.prefetch(accum)
+            clock.begin()
+            loss = _backward(strategy, feed, accum)
+            strategy.optimizer_step()
+            clock.end()
+            step_losses.append(loss)
+            log.debug("epoch %d step %d/%d", e + 1, i + 1, steps)  # the launcher's heartbeat
+        _sync(device)
+        wall = time.perf_counter() - started
+        epochs.append({"epoch": e + 1, "wall_sec": wall, "data_wait_sec": wait, "first_step": first_step})
+        log.info(
+            "epoch %d/%d: %d steps in %.2f s, %.2f s waiting for data", e + 1, spec.epochs, steps, wall, wait
+        )
+    clock.end_window()
+    gpu = monitor.stop()
+    memory = peak.read()
+    h2d = feed.h2d_bytes
+
+    feed.source = _epochs_from(data, epoch_index)  # the census and profiled steps read on
+    census, trace = after_window(strategy, feed, spec, device, log, rank, trace_path)
+
+    step_times = clock.durations()
+    samples_per_epoch = steps * accum * spec.per_device_batch  # this rank's
+    for record in epochs:
+        first = record.pop("first_step")
+        record["compute_sec"] = sum(step_times[first : first + steps])
+        record["steps"] = steps
+        record["samples_per_rank"] = samples_per_epoch
+    losses = [float(v) for v in torch.stack(step_losses).float().cpu()]
+    log.info(
+        "measured %d epochs (%d steps) in %.3f s, loss %.4f -> %.4f",
+        spec.epochs,
+        len(step_times),
+        clock.window_s,
+        losses[0],
+        losses[-1],
+    )
+    return LoopSamples(
+        step_times=step_times,
+        losses=losses,
+        warmup_losses=warmup_losses,
+        window_s=clock.window_s,
+        timing_method=clock.method,
+        census=census,
+        h2d_bytes=h2d,
+        memory=memory,
+        gpu_monitor=gpu,
+        gpu_monitor_error=monitor.error,
+        trace=trace,
+        epochs=epochs,
+        data=dict(data.info),
+    )

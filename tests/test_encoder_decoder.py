@@ -1,0 +1,214 @@
+"""Seed 003's encoder-decoder: trained for real at CPU size, from memory and from disk shards."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import LOOSE_CV, REPO
+from llmbench_pytest import datasets
+from llmbench_pytest.spec import SpecError
+
+# 4 steps per epoch on one rank at the preset's batch of 8: seconds per run on CPU
+SMALL = ("--llmbench-dataset-samples=32", "--llmbench-epochs=2", "--llmbench-warmup-epochs=1")
+
+
+@pytest.fixture
+def encdec_bench(bench):
+    name = "test_encoder_decoder.py"
+    (bench.path / "benchmarks" / name).write_text((REPO / "benchmarks" / name).read_text())
+    return bench
+
+
+def runs(path: Path) -> dict[str, dict]:
+    found = {}
+    for p in path.glob("results/*_results/result.json"):
+        data = json.loads(p.read_text())
+        found[f"{data['strategy']}-ws{data['world_size']}-{data['data']}"] = data
+    return found
+
+
+def data_folders(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "results" / datasets.DATA_DIR_NAME).iterdir() if p.is_dir())
+
+
+def test_memory_and_disk_runs_report_epochs_and_the_data_wait(encdec_bench):
+    result = encdec_bench.runpytest_subprocess(
+        "benchmarks/test_encoder_decoder.py",
+        LOOSE_CV,
+        *SMALL,
+        "--llmbench-launch=inprocess",
+        "--llmbench-strategies=ddp,zero2",
+        "--llmbench-shard-mb=0.0021",  # 8 samples of 256 bytes a shard: 4 shards of 32 samples
+        "-v",
+    )
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*test_encoder_decoder?ddp-ws1-seq64-encdec-3m-disk? PASSED*"])
+    found = runs(encdec_bench.path)
+    assert set(found) == {"ddp-ws1-memory", "ddp-ws1-disk", "zero2-ws1-memory", "zero2-ws1-disk"}
+    for key, run in found.items():
+        assert run["status"] == "ok" and run["workload"] == "seq2seq" and run["model"] == "encdec-3m", key
+        assert run["last_loss"] < run["first_loss"], key
+        assert run["steps"] == 8 and len(run["step_times_sec"]) == 8  # 2 epochs x 4 steps
+        assert [e["epoch"] for e in run["epochs"]] == [1, 2]
+        for epoch in run["epochs"]:
+            assert epoch["samples"] == 32 and epoch["steps"] == 4
+            # on the CPU nothing overlaps: the wall clock holds the steps, the waits for data
+            # (outside the steps, so within the time no step ran), and a little loop overhead
+            assert epoch["compute_sec"] + epoch["data_wait_sec"] <= epoch["wall_sec"] * 1.01
+            assert epoch["idle_sec"] == pytest.approx(epoch["wall_sec"] - epoch["compute_sec"])
+            assert epoch["idle_sec"] >= epoch["data_wait_sec"] * 0.99
+            assert epoch["samples_per_sec"] == pytest.approx(32 / epoch["wall_sec"])
+        assert 0 <= run["data_wait_fraction"] < 1
+        assert run["epoch_samples_per_sec"] <= run["samples_per_sec"] * 1.01  # waits only slow it
+        assert run["flops_per_token"] > 6 * run["params"] * 0.5
+    disk = found["ddp-ws1-disk"]["data_source"]
+    assert disk["source"] == "disk" and disk["shards"] == 4 and disk["page_cache_drop_requested"] is True
+    assert found["zero2-ws1-disk"]["data_source"]["reused"] is True  # written once, by the first run
+    (folder,) = data_folders(encdec_bench.path)
+    assert Path(disk["folder"]) == folder
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["manifest.json", "shard_0000.bin", "shard_0001.bin", "shard_0002.bin", "shard_0003.bin"]
+    assert all((folder / n).stat().st_size == 8 * 256 for n in names if n.endswith(".bin"))
+
+    # the report shows the epochs and what the disk path cost
+    report = encdec_bench.run(
+        sys.executable, "-m", "llmbench_pytest.cli", "report", "results", "--no-plots", "-q"
+    )
+    assert report.ret == 0, report.stderr.str()
+    text = (encdec_bench.path / "results" / "summary" / "BENCHMARK_REPORT.md").read_text()
+    assert "## Encoder-decoder epochs (seed 003)" in text and "What the disk path costs" in text
+
+
+def test_disk_shards_are_reused_while_the_parameters_match(encdec_bench, tmp_path):
+    data_dir = tmp_path / "ssd"
+    args = (
+        "benchmarks/test_encoder_decoder.py",
+        LOOSE_CV,
+        *SMALL,
+        "--llmbench-launch=inprocess",
+        "--llmbench-strategies=ddp",
+        "--llmbench-data=disk",
+        f"--llmbench-data-dir={data_dir}",
+    )
+    encdec_bench.runpytest_subprocess(*args).assert_outcomes(passed=1)
+    (folder,) = sorted(data_dir.iterdir())
+    shard = folder / "shard_0000.bin"
+    written = shard.stat().st_mtime_ns
+    encdec_bench.runpytest_subprocess(*args).assert_outcomes(passed=1)
+    assert shard.stat().st_mtime_ns == written  # same parameters: read, not rewritten
+
+    # a damaged dataset is written again, not read
+    with open(shard, "r+b") as fh:
+        fh.truncate(100)
+    encdec_bench.runpytest_subprocess(*args).assert_outcomes(passed=1)
+    assert shard.stat().st_size == 32 * 256
+    reasons = [r["data_source"]["why_written"] for r in runs(encdec_bench.path).values()]
+    assert any("shard_0000.bin holds 100 bytes" in (w or "") for w in reasons)
+
+    # another sequence length is another dataset, beside the first
+    encdec_bench.runpytest_subprocess(*args, "--llmbench-seq-lens=32").assert_outcomes(passed=1)
+    assert len(sorted(data_dir.iterdir())) == 2
+
+
+def test_two_ranks_split_each_epoch_through_the_launcher(encdec_bench):
+    result = encdec_bench.runpytest_subprocess(
+        "benchmarks/test_encoder_decoder.py",
+        LOOSE_CV,
+        *SMALL,
+        "--llmbench-world-sizes=2",
+        "--llmbench-strategies=fsdp",
+        "--llmbench-data=disk",
+        "--llmbench-data-workers=1",
+        timeout=600,
+    )
+    result.assert_outcomes(passed=1)
+    (run,) = runs(encdec_bench.path).values()
+    assert run["world_size"] == 2 and run["steps"] == 4  # 32 samples / 2 ranks / batch 8 = 2 per epoch
+    assert all(e["samples"] == 32 for e in run["epochs"])
+    assert run["data_source"]["workers"] == 1
+
+
+def test_dataset_bytes_do_not_depend_on_how_they_are_read(tmp_path):
+    import logging
+
+    import torch
+
+    from llmbench_pytest.worker.seq2seq_data import MemorySamples, ShardSamples, make_samples, write_shards
+
+    layout = datasets.DatasetLayout(vocab_size=512, seq_len=16, samples=300, seed=3, shard_mb=0.004)
+    assert layout.samples_per_shard == 62 and layout.num_shards == 5
+    folder = tmp_path / layout.folder_name
+    write_shards(layout, str(folder), logging.getLogger("test"))
+    assert datasets.manifest_problem(str(folder), layout) is None
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert [s["samples"] for s in manifest["shards"]] == [62, 62, 62, 62, 52]
+    picks = [0, 61, 62, 299, 150]
+    from_disk = ShardSamples(layout, str(folder)).__getitems__(picks)
+    assert torch.equal(from_disk, MemorySamples(layout).__getitems__(picks))
+    assert torch.equal(from_disk[1], make_samples(layout, 61, 1)[0])  # chunk boundaries do not matter
+    # the target is a fixed function of the source: learnable, never the start token
+    assert int(from_disk.max()) < layout.vocab_size - 1
+    # no leftovers of the staging folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == [layout.folder_name]
+
+
+def test_bad_encoder_decoder_input_is_refused_with_the_fix(encdec_bench, tmp_path):
+    cases = [
+        (["--llmbench-model=llama-tiny"], "seq2seq workload trains seed 003's encoder-decoder*encdec-3m*"),
+        (["--llmbench-dataset-samples=4"], "*less than one optimizer step*--llmbench-dataset-samples=8*"),
+        (["--llmbench-data=tape"], "*--llmbench-data*memory, disk*'tape'*"),
+        (["--llmbench-model-config=nhead=3"], "*nhead 3 must divide d_model 128*"),
+    ]
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    cases.append(([f"--llmbench-data-dir={afile}"], "*is a file, not a directory*"))
+    for args, pattern in cases:
+        result = encdec_bench.runpytest_subprocess(
+            "benchmarks/test_encoder_decoder.py", "--llmbench-launch=inprocess", *args
+        )
+        assert result.ret != 0, args
+        result.stderr.fnmatch_lines([f"*{pattern}"])
+        assert "Traceback" not in result.stderr.str(), args
+
+
+def test_an_encoder_decoder_preset_is_refused_by_the_decoder_workloads(bench):
+    result = bench.runpytest_subprocess("benchmarks/test_pretrain.py", "--llmbench-model=encdec-3m")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*'encdec-3m' is an encoder-decoder*--llmbench-workload=seq2seq*"])
+
+
+def test_disk_only_sessions_skip_the_workloads_that_train_from_memory(bench):
+    result = bench.runpytest_subprocess(
+        "benchmarks/test_pretrain.py", "--llmbench-data=disk", "--llmbench-strategies=ddp", "-rs"
+    )
+    result.assert_outcomes(skipped=2)  # world sizes 1 and 2
+    result.stdout.fnmatch_lines(["*causal_lm workload trains from memory; --llmbench-data=disk selects*"])
+
+
+def test_a_dataset_that_cannot_be_written_fails_its_run_with_the_reason(encdec_bench, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    result = encdec_bench.runpytest_subprocess(
+        "benchmarks/test_encoder_decoder.py",
+        *SMALL,
+        "--llmbench-launch=inprocess",
+        "--llmbench-strategies=ddp",
+        "--llmbench-data=disk",
+        f"--llmbench-data-dir={blocker / 'data'}",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*rank 0 could not write the dataset to*not-a-dir/data*"])
+    (run,) = runs(encdec_bench.path).values()
+    assert run["status"] == "error" and "could not write the dataset" in run["error"]
+
+
+def test_epoch_plan_counts_the_steps_of_every_rank():
+    plan = datasets.epoch_plan(100, batch=8, world_size=3, grad_accum=2)
+    assert (plan.samples_per_rank, plan.micro_batches, plan.steps) == (34, 4, 2)
+    assert datasets.epoch_plan(0, batch=4, world_size=2, grad_accum=1).samples == 20 * 8
+    with pytest.raises(SpecError, match="less than one optimizer step"):
+        datasets.epoch_plan(10, batch=8, world_size=2, grad_accum=1)
+    assert os.path.basename(datasets.default_data_dir("res")) == ".llmbench-data"
