@@ -16,7 +16,7 @@ from typing import Any
 from .datasets import check_data_dir, with_epoch_steps
 from .hardware import Hardware
 from .options import SessionOptions
-from .presets import default_model, model_names, resolve_model, tier_for_memory, tiers
+from .presets import ENCDEC_CONFIG_KEYS, default_model, model_names, resolve_model, tier_for_memory, tiers
 from .spec import DEFAULT_STRATEGIES, RunSpec, SpecError, parse_strategy
 
 CPU_STEPS, CPU_WARMUP = 10, 2
@@ -93,20 +93,10 @@ def check_workload_model(workload: str, name: str, architecture: str) -> None:
         )
 
 
-ENCDEC_KEYS = (
-    "vocab_size",
-    "d_model",
-    "nhead",
-    "num_encoder_layers",
-    "num_decoder_layers",
-    "dim_feedforward",
-)
-
-
 def check_encdec_config(name: str, config: dict[str, Any]) -> None:
     """Seed 003's shape rules, before any rank starts: every size a positive whole number, and
     the heads dividing the model width."""
-    for key in (*ENCDEC_KEYS, "max_len"):
+    for key in ENCDEC_CONFIG_KEYS:
         value = config.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise SpecError(f"{name}: {key} must be a whole number of at least 1; got {value!r}.")
@@ -212,9 +202,9 @@ def build_matrix(
             test_id = f"{name}-ws{world_size}-seq{seq}-{preset.name}"
             if opts.workload == "seq2seq":
                 test_id += f"-{source}"
-            too_big = (_too_big(world_size, hw) if launched else None) or off_source
-            if too_big:
-                entries.append(MatrixEntry(test_id, None, too_big))
+            skip = (_too_big(world_size, hw) if launched else None) or off_source
+            if skip:
+                entries.append(MatrixEntry(test_id, None, skip))
                 continue
             if offload == "nvme" and not opts.nvme_path:
                 reason = f"{name} needs a directory on NVMe: pass --llmbench-nvme-path=DIR"

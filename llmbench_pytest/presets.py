@@ -18,6 +18,18 @@ from typing import Any
 
 from .spec import SpecError
 
+# The encoder-decoder's config (seed 003's flags, a vocabulary and a position table): the plugin
+# checks these before any rank starts, the worker builds the model from them.
+ENCDEC_CONFIG_KEYS = (
+    "vocab_size",
+    "d_model",
+    "nhead",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "dim_feedforward",
+    "max_len",
+)
+
 # Config keys that bound the sequence length, by architecture family.
 _MAX_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "max_len")
 

@@ -24,12 +24,9 @@ import torch
 
 from ..spec import RunSpec
 from .faults import maybe_inject
-from .loop import Feed, LoopSamples, _backward, after_window
-from .memory import PeakMemory
-from .monitor import GpuMonitor
+from .loop import Feed, LoopSamples, Window, _backward, after_window
 from .seq2seq_data import EpochData
 from .strategies import Strategy
-from .timing import StepClock
 
 
 def _sync(device: torch.device) -> None:
@@ -76,74 +73,53 @@ def epoch_loop(
             warmup_losses[-1],
         )
 
-    feed.h2d_bytes = 0
-    clock = StepClock(device)
-    peak = PeakMemory(device)
-    peak.reset()
-    monitor = GpuMonitor(device)
-    monitor.start()
+    window = Window(device)
     step_losses: list[torch.Tensor] = []
     epochs: list[dict[str, Any]] = []
-    clock.start_window()
+    window.open(feed)
     for e in range(spec.epochs):
         feed.source = data.epoch(epoch_index)
         epoch_index += 1
         _sync(device)
         started = time.perf_counter()
         wait = 0.0
-        first_step = clock.steps
         for i in range(steps):
             if e == 0 and i == 0:
                 maybe_inject(spec, rank)
             wait += feed.prefetch(accum)
-            clock.begin()
+            window.clock.begin()
             loss = _backward(strategy, feed, accum)
             strategy.optimizer_step()
-            clock.end()
+            window.clock.end()
             step_losses.append(loss)
             log.debug("epoch %d step %d/%d", e + 1, i + 1, steps)  # the launcher's heartbeat
         _sync(device)
         wall = time.perf_counter() - started
-        epochs.append({"epoch": e + 1, "wall_sec": wall, "data_wait_sec": wait, "first_step": first_step})
+        # the epoch's compute time comes from the step times, combined over ranks (results.py)
+        epochs.append(
+            {
+                "epoch": e + 1,
+                "steps": steps,
+                "samples_per_rank": steps * accum * spec.per_device_batch,
+                "wall_sec": wall,
+                "data_wait_sec": wait,
+            }
+        )
         log.info(
             "epoch %d/%d: %d steps in %.2f s, %.2f s waiting for data", e + 1, spec.epochs, steps, wall, wait
         )
-    clock.end_window()
-    gpu = monitor.stop()
-    memory = peak.read()
-    h2d = feed.h2d_bytes
+    window.close(feed)
 
     feed.source = _epochs_from(data, epoch_index)  # the census and profiled steps read on
     census, trace = after_window(strategy, feed, spec, device, log, rank, trace_path)
 
-    step_times = clock.durations()
-    samples_per_epoch = steps * accum * spec.per_device_batch  # this rank's
-    for record in epochs:
-        first = record.pop("first_step")
-        record["compute_sec"] = sum(step_times[first : first + steps])
-        record["steps"] = steps
-        record["samples_per_rank"] = samples_per_epoch
-    losses = [float(v) for v in torch.stack(step_losses).float().cpu()]
+    samples = window.samples(step_losses, warmup_losses, census, trace, epochs=epochs, data=dict(data.info))
     log.info(
         "measured %d epochs (%d steps) in %.3f s, loss %.4f -> %.4f",
         spec.epochs,
-        len(step_times),
-        clock.window_s,
-        losses[0],
-        losses[-1],
+        len(samples.step_times),
+        samples.window_s,
+        samples.losses[0],
+        samples.losses[-1],
     )
-    return LoopSamples(
-        step_times=step_times,
-        losses=losses,
-        warmup_losses=warmup_losses,
-        window_s=clock.window_s,
-        timing_method=clock.method,
-        census=census,
-        h2d_bytes=h2d,
-        memory=memory,
-        gpu_monitor=gpu,
-        gpu_monitor_error=monitor.error,
-        trace=trace,
-        epochs=epochs,
-        data=dict(data.info),
-    )
+    return samples

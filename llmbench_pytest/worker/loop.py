@@ -118,6 +118,55 @@ def after_window(
     return census, trace
 
 
+class Window:
+    """The measured window's instruments, opened and closed in one order by every loop: peak
+    memory reset, the NVML sampler, the step clock; closed in reverse before any untimed step."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.clock = StepClock(device)
+        self.peak = PeakMemory(device)
+        self.monitor = GpuMonitor(device)
+        self.gpu: dict[str, Any] | None = None
+        self.memory: dict[str, int | bool | None] = {}
+        self.h2d_bytes = 0
+
+    def open(self, feed: Feed) -> None:
+        feed.h2d_bytes = 0
+        self.peak.reset()
+        self.monitor.start()
+        self.clock.start_window()
+
+    def close(self, feed: Feed) -> None:
+        self.clock.end_window()
+        self.gpu = self.monitor.stop()
+        self.memory = self.peak.read()
+        self.h2d_bytes = feed.h2d_bytes
+
+    def samples(
+        self,
+        step_losses: list[torch.Tensor],
+        warmup_losses: list[float],
+        census: dict[str, int],
+        trace: dict[str, Any] | None,
+        **extra: Any,
+    ) -> LoopSamples:
+        """What the window measured; the losses leave the device here, after the window."""
+        return LoopSamples(
+            step_times=self.clock.durations(),
+            losses=[float(v) for v in torch.stack(step_losses).float().cpu()],
+            warmup_losses=warmup_losses,
+            window_s=self.clock.window_s,
+            timing_method=self.clock.method,
+            census=census,
+            h2d_bytes=self.h2d_bytes,
+            memory=self.memory,
+            gpu_monitor=self.gpu,
+            gpu_monitor_error=self.monitor.error,
+            trace=trace,
+            **extra,
+        )
+
+
 def timed_loop(
     strategy: Strategy,
     batches: list[torch.Tensor],
@@ -137,47 +186,31 @@ def timed_loop(
         warmup_losses.append(float(loss))  # warm-up may wait for the device: it is not timed
         log.info("warmup %d/%d loss %.4f", i + 1, spec.warmup, warmup_losses[-1])
 
-    feed.h2d_bytes = 0
-    clock = StepClock(device)
-    peak = PeakMemory(device)
-    peak.reset()
+    window = Window(device)
     step_losses: list[torch.Tensor] = []
     every = max(1, spec.steps // 10)
-    monitor = GpuMonitor(device)
-    monitor.start()
     started = time.perf_counter()
-    clock.start_window()
+    window.open(feed)
     for i in range(spec.steps):
         if i == 0:
             maybe_inject(spec, rank)
-        clock.begin()
+        window.clock.begin()
         loss = _backward(strategy, feed, accum)
         strategy.optimizer_step()
-        clock.end()
+        window.clock.end()
         step_losses.append(loss)
         log.debug("step %d/%d", i + 1, spec.steps)  # the launcher's heartbeat; costs microseconds
         if (i + 1) % every == 0 and i + 1 < spec.steps:
             log.info("step %d/%d queued after %.1f s", i + 1, spec.steps, time.perf_counter() - started)
-    clock.end_window()
-    gpu = monitor.stop()
-    memory = peak.read()
-    h2d = feed.h2d_bytes
+    window.close(feed)
     census, trace = after_window(strategy, feed, spec, device, log, rank, trace_path)
 
-    losses = [float(v) for v in torch.stack(step_losses).float().cpu()]
+    samples = window.samples(step_losses, warmup_losses, census, trace)
     log.info(
-        "measured %d steps in %.3f s, loss %.4f -> %.4f", spec.steps, clock.window_s, losses[0], losses[-1]
+        "measured %d steps in %.3f s, loss %.4f -> %.4f",
+        spec.steps,
+        samples.window_s,
+        samples.losses[0],
+        samples.losses[-1],
     )
-    return LoopSamples(
-        step_times=clock.durations(),
-        losses=losses,
-        warmup_losses=warmup_losses,
-        window_s=clock.window_s,
-        timing_method=clock.method,
-        census=census,
-        h2d_bytes=h2d,
-        memory=memory,
-        gpu_monitor=gpu,
-        gpu_monitor_error=monitor.error,
-        trace=trace,
-    )
+    return samples

@@ -23,18 +23,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..flops import FlopsModel
-from ..presets import ModelPreset
+from ..presets import ENCDEC_CONFIG_KEYS, ModelPreset
 from ..spec import RunSpec
 
-CONFIG_KEYS = (
-    "vocab_size",
-    "d_model",
-    "nhead",
-    "num_encoder_layers",
-    "num_decoder_layers",
-    "dim_feedforward",
-    "max_len",
-)
 BLOCKS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
 
 
@@ -96,10 +87,10 @@ class EncoderDecoder(nn.Module):
 
 
 def build_module(config: dict[str, Any]) -> EncoderDecoder:
-    missing = [k for k in CONFIG_KEYS if k not in config]
+    missing = [k for k in ENCDEC_CONFIG_KEYS if k not in config]
     if missing:
         raise ValueError(f"encoder-decoder config lacks {', '.join(missing)}")
-    return EncoderDecoder(**{k: int(config[k]) for k in CONFIG_KEYS})
+    return EncoderDecoder(**{k: int(config[k]) for k in ENCDEC_CONFIG_KEYS})
 
 
 def seq2seq_loss(module: nn.Module, batch: torch.Tensor) -> torch.Tensor:

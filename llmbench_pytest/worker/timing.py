@@ -47,11 +47,6 @@ class StepClock:
         self._marks.append((self._open, self._now()))
         self._open = None
 
-    @property
-    def steps(self) -> int:
-        """Steps timed so far."""
-        return len(self._marks)
-
     def durations(self) -> list[float]:
         """Seconds per step; call after end_window() (the events have completed by then)."""
         if self.cuda:
