@@ -24,7 +24,11 @@ from .ranks import rank_env
 from .session import SESSION_KEY, LlmbenchSession, get_session
 from .spec import SpecError
 
-_ERRORS_KEY = pytest.StashKey[list[str]]()
+_ERRORS_KEY = pytest.StashKey[dict[str, str]]()
+"""Test function node id -> why its settings were refused; raised only if the test is selected."""
+_WRONG_MODEL_KEY = pytest.StashKey[dict[str, str]]()
+"""Test function node id -> why the session's model cannot train its workload."""
+_LLMBENCH_TESTS_KEY = pytest.StashKey[set[str]]()
 
 # Deprecation notices that DeepSpeed and FSDP trigger inside torch on every collective (a
 # thousand per session) and that no llmbench user can act on.
@@ -101,7 +105,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if env.is_writer:
         _check_writable(session.results_dir)
     config.stash[SESSION_KEY] = session
-    config.stash[_ERRORS_KEY] = []
+    config.stash[_ERRORS_KEY] = {}
+    config.stash[_WRONG_MODEL_KEY] = {}
+    config.stash[_LLMBENCH_TESTS_KEY] = set()
     _sigterm_interrupts(config)
 
 
@@ -194,6 +200,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     config = metafunc.config
     session = get_session(config)
     options = session.options
+    nodeid = metafunc.definition.nodeid
+    config.stash[_LLMBENCH_TESTS_KEY].add(nodeid)
     try:
         marker = metafunc.definition.get_closest_marker("llmbench")
         if marker is not None:
@@ -211,10 +219,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         sizes = world_sizes(options, hw, session.mode, session.world_size)
         entries = build_matrix(options, hw, sizes, launched=session.mode == "launcher")
     except SpecError as exc:
-        # reported once as a usage error after collection, not as a collection traceback
-        config.stash[_ERRORS_KEY].append(str(exc))
+        # reported as a usage error after collection if this test is selected (not as a
+        # collection traceback, and not when `-k` leaves it out)
+        config.stash[_ERRORS_KEY][nodeid] = str(exc)
         metafunc.parametrize("llmbench", [pytest.param(None, id="invalid")], indirect=True)
         return
+    if entries and all(e.wrong_model for e in entries):
+        config.stash[_WRONG_MODEL_KEY][nodeid] = entries[0].skip or ""
     params = [
         pytest.param(e.spec, id=e.id, marks=[pytest.mark.skip(reason=e.skip)] if e.skip else [])
         for e in entries
@@ -222,11 +233,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("llmbench", params, indirect=True)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
-    errors = list(dict.fromkeys(config.stash.get(_ERRORS_KEY, [])))
+    """Refuse the session for the selected tests' bad settings, after `-k` and `-m` deselected."""
+    selected = {item.nodeid.split("[", 1)[0] for item in items}
+    refused = config.stash.get(_ERRORS_KEY, {})
+    errors = [message for nodeid, message in refused.items() if nodeid in selected]
+    benchmarks = selected & config.stash.get(_LLMBENCH_TESTS_KEY, set())
+    wrong = config.stash.get(_WRONG_MODEL_KEY, {})
+    if benchmarks and benchmarks <= wrong.keys():
+        # the session's model suits none of the selected benchmarks: skipping them all would
+        # pass a CI gate that measured nothing
+        errors += [wrong[nodeid] for nodeid in sorted(benchmarks)]
     if errors:
-        raise pytest.UsageError("\n".join(errors))
+        raise pytest.UsageError("\n".join(dict.fromkeys(errors)))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

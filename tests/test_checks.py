@@ -43,6 +43,20 @@ def test_step_time_cv():
     assert "CV 14.2%" in out.message and "> 10.0%" in out.message and "--llmbench-max-cv" in out.message
 
 
+def test_runs_in_epochs_are_held_to_their_epoch_times():
+    # a GPU outrunning a small model: the steps jitter with the host, the epochs agree
+    steady = [{"wall_sec": 16.1}, {"wall_sec": 16.9}]
+    out = check_step_time_cv(result(step_time_cv=0.17, epochs=steady), 0.10)
+    assert (
+        out.passed is True
+        and "epoch wall time CV 3.4%" in out.message
+        and "step time CV 17.0%" in out.message
+    )
+    out = check_step_time_cv(result(epochs=[{"wall_sec": 10.0}, {"wall_sec": 14.0}]), 0.10)
+    assert out.passed is False and "CV 23.6%" in out.message and "--llmbench-warmup-epochs" in out.message
+    assert check_step_time_cv(result(epochs=[{"wall_sec": 10.0}]), 0.10).passed is None
+
+
 def test_loss_must_fall():
     assert check_loss_falls(result()).passed is True
     out = check_loss_falls(result(losses=[6.0, 6.5, 7.0]))

@@ -180,6 +180,29 @@ def test_an_encoder_decoder_preset_is_refused_by_the_decoder_workloads(bench):
     result.stderr.fnmatch_lines(["*'encdec-3m' is an encoder-decoder*--llmbench-workload=seq2seq*"])
 
 
+def test_a_session_model_skips_the_benchmarks_of_another_kind(encdec_bench, tmp_path):
+    # all benchmarks with a decoder-only model: the decoder one runs, the encoder-decoder skips
+    result = encdec_bench.runpytest_subprocess(
+        "benchmarks/",
+        "--llmbench-model=llama-tiny",
+        "--llmbench-strategies=ddp",
+        "--llmbench-launch=inprocess",
+        "--llmbench-steps=3",
+        LOOSE_CV,
+        "-rs",
+    )
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*seq2seq workload trains seed 003's encoder-decoder; 'llama-tiny'*"])
+    # settings only the encoder-decoder checks do not stop a session that `-k` leaves it out of
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    result = encdec_bench.runpytest_subprocess(
+        "benchmarks/", "-k", "test_pretrain", f"--llmbench-data-dir={afile}", "--collect-only", "-q"
+    )
+    assert result.ret == 0, result.stderr.str()
+    assert "test_encoder_decoder" not in result.stdout.str()
+
+
 def test_disk_only_sessions_skip_the_workloads_that_train_from_memory(bench):
     result = bench.runpytest_subprocess(
         "benchmarks/test_pretrain.py", "--llmbench-data=disk", "--llmbench-strategies=ddp", "-rs"

@@ -6,6 +6,7 @@ Standard library and tabulate (through md_table). Sections are absent when no ru
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -175,6 +176,31 @@ def _data_cell(d: dict[str, Any]) -> str:
     return f"disk: {shards} shard(s), {mb} MB{reused}{cold}"
 
 
+def _disk_cost(memory: list[Run], disk: list[Run]) -> list[str]:
+    """One line: disk against memory for a configuration, over the means of its repeats, with
+    the repeats' spread where there are several, so a difference inside the noise shows as such."""
+    fast = [r.data["epoch_samples_per_sec"] for r in memory if r.data.get("epoch_samples_per_sec")]
+    slow = [r.data["epoch_samples_per_sec"] for r in disk if r.data.get("epoch_samples_per_sec")]
+    if not fast or not slow:
+        return []
+    mean_fast, mean_slow = statistics.fmean(fast), statistics.fmean(slow)
+    repeats = ""
+    if len(fast) > 1 or len(slow) > 1:
+        spread = [fmt.pct((max(xs) - min(xs)) / statistics.fmean(xs)) for xs in (slow, fast)]
+        repeats = (
+            f"; means of {len(slow)} and {len(fast)} runs, whose fastest and slowest differ by "
+            f"{spread[0]} and {spread[1]}"
+        )
+    idle = [statistics.fmean(r.data.get("idle_fraction") or 0.0 for r in runs) for runs in (disk, memory)]
+    d = disk[-1]
+    return [
+        f"- {d.data.get('strategy')}, {d.data.get('model')} on {d.data.get('world_size')}x {d.hardware}: "
+        f"from disk {fmt.tokens(mean_slow)} samples/s against {fmt.tokens(mean_fast)} from memory "
+        f"({fmt.signed_pct(mean_slow / mean_fast - 1)} over the epoch's wall clock{repeats}); no step "
+        f"running {fmt.pct(idle[0])} of the epoch against {fmt.pct(idle[1])}."
+    ]
+
+
 def encoder_decoder(runs: Sequence[Run]) -> list[str]:
     """Seed 003's epochs: wall time, throughput over the wall clock, time waiting for data, and
     what reading from disk cost against the same configuration in memory."""
@@ -182,10 +208,10 @@ def encoder_decoder(runs: Sequence[Run]) -> list[str]:
     if not epoch_runs:
         return []
     rows, costs = [], []
-    groups: dict[tuple[Any, ...], dict[str, Run]] = {}
+    groups: dict[tuple[Any, ...], dict[str, list[Run]]] = {}
     for run in epoch_runs:
         d = dict(run.data)
-        groups.setdefault(_epoch_group(run), {})[str(d.get("data"))] = run  # the last repeat stands
+        groups.setdefault(_epoch_group(run), {}).setdefault(str(d.get("data")), []).append(run)
         rows.append(
             [
                 d.get("model"),
@@ -204,18 +230,8 @@ def encoder_decoder(runs: Sequence[Run]) -> list[str]:
         )
     for pair in groups.values():
         memory, disk = pair.get("memory"), pair.get("disk")
-        if memory is None or disk is None:
-            continue
-        fast, slow = memory.data.get("epoch_samples_per_sec"), disk.data.get("epoch_samples_per_sec")
-        if fast and slow:
-            d = disk.data
-            costs.append(
-                f"- {d.get('strategy')}, {d.get('model')} on {d.get('world_size')}x {disk.hardware}: from "
-                f"disk {fmt.tokens(slow)} samples/s against {fmt.tokens(fast)} from memory "
-                f"({fmt.signed_pct(slow / fast - 1)} over the epoch's wall clock); no step running "
-                f"{fmt.pct(d.get('idle_fraction'))} of the epoch against "
-                f"{fmt.pct(memory.data.get('idle_fraction'))}."
-            )
+        if memory and disk:
+            costs.extend(_disk_cost(memory, disk))
     headers = [
         "model",
         "strategy",

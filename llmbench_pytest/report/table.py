@@ -86,21 +86,30 @@ Column = tuple[str, Callable[[Config], Any]]
 
 def lead_columns(configs: Sequence[Config]) -> tuple[list[Column], list[str]]:
     """The columns before the strategy that vary between configurations (hardware, model, seq,
-    batch, dtype, and the workload's knobs: optimizer, LoRA rank, data source), and 'name value'
-    for those that do not."""
+    batch, dtype, the speed options, and the workload's knobs: optimizer, LoRA rank, data
+    source), and 'name value' for those that do not."""
     varying: list[Column] = [
         ("hardware", lambda c: c.key.hardware),
         ("model", lambda c: c.key.model),
         ("seq", lambda c: c.key.seq_len),
         ("batch", lambda c: f"{c.key.per_device_batch}x{c.key.grad_accum}"),
         ("dtype", lambda c: c.key.dtype),
+        ("compile", lambda c: "yes" if c.key.compile else "no"),
+        ("grad ckpt", lambda c: "yes" if c.key.grad_ckpt else "no"),
         ("workload", lambda c: c.key.workload),
         ("optimizer", lambda c: c.key.optimizer),
         ("LoRA r", lambda c: c.key.lora_rank),
         ("data", lambda c: c.key.data),
     ]
     # a workload knob at its default says nothing in the header line
-    quiet = {"workload": "causal_lm", "optimizer": "adamw_torch", "LoRA r": 0, "data": "memory"}
+    quiet = {
+        "compile": "no",
+        "grad ckpt": "no",
+        "workload": "causal_lm",
+        "optimizer": "adamw_torch",
+        "LoRA r": 0,
+        "data": "memory",
+    }
     lead: list[Column] = []
     fixed: list[str] = []
     for name, get in varying:

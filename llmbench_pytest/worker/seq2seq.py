@@ -1,10 +1,17 @@
 """Runs inside each rank: seed 003's encoder-decoder Transformer, built from its config.
 
 The shapes are the seed's flags (d_model, nhead, num_encoder_layers, num_decoder_layers,
-dim_feedforward) plus a vocabulary and a position table (max_len). Layers are torch's own
-TransformerEncoderLayer and TransformerDecoderLayer (pre-norm, no dropout: a benchmark wants the
-same work every step), held in lists rather than inside nn.Transformer so that each layer is a
-unit FSDP can shard and activation checkpointing can recompute.
+dim_feedforward) plus a vocabulary and a position table (max_len). Each layer is a pre-norm block
+(no dropout: a benchmark wants the same work every step) with the parameters of torch's
+TransformerEncoderLayer/DecoderLayer, attention through scaled_dot_product_attention. The layers
+are written here rather than taken from torch.nn for two reasons:
+- torch.compile does not trace frames inside torch.nn (Dynamo's skip list), so compiling
+  torch's own layers compiled nothing; a forward defined here compiles;
+- every weight is used through the Linear that holds it, so ZeRO-3, which gathers a module's
+  parameters when that module runs, sees each one (nn.MultiheadAttention reads its packed input
+  projection directly).
+The layers sit in lists, so each is a unit FSDP can shard and activation checkpointing can
+recompute.
 
 A batch is one tensor of (batch, 2 x seq_len) tokens: the source, then the target. The decoder
 reads the target shifted right behind a start token and predicts the target; the loss is the
@@ -26,7 +33,73 @@ from ..flops import FlopsModel
 from ..presets import ENCDEC_CONFIG_KEYS, ModelPreset
 from ..spec import RunSpec
 
-BLOCKS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+
+class Attention(nn.Module):
+    """Multi-head attention: self-attention (one projection to queries, keys and values) or
+    cross-attention (queries from the decoder, keys and values from the encoder's output)."""
+
+    def __init__(self, d_model: int, nhead: int, cross: bool) -> None:
+        super().__init__()
+        self.nhead = nhead
+        if cross:
+            self.q = nn.Linear(d_model, d_model)
+            self.kv = nn.Linear(d_model, 2 * d_model)
+        else:
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.unflatten(-1, (self.nhead, -1)).transpose(1, 2)  # (batch, heads, seq, head_dim)
+
+    def forward(
+        self, x: torch.Tensor, memory: torch.Tensor | None = None, causal: bool = False
+    ) -> torch.Tensor:
+        if memory is None:
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+        else:
+            q = self.q(x)
+            k, v = self.kv(memory).chunk(2, dim=-1)
+        out = F.scaled_dot_product_attention(self._heads(q), self._heads(k), self._heads(v), is_causal=causal)
+        return self.out(out.transpose(1, 2).flatten(2))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, dim_feedforward: int) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, dim_feedforward)
+        self.linear2 = nn.Linear(dim_feedforward, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(F.gelu(self.linear1(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.self_attn = Attention(d_model, nhead, cross=False)
+        self.ff = FeedForward(d_model, dim_feedforward)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.norm1(x))
+        return x + self.ff(self.norm2(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int) -> None:
+        super().__init__()
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.self_attn = Attention(d_model, nhead, cross=False)
+        self.cross_attn = Attention(d_model, nhead, cross=True)
+        self.ff = FeedForward(d_model, dim_feedforward)
+
+    def forward(self, y: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        y = y + self.self_attn(self.norm1(y), causal=True)
+        y = y + self.cross_attn(self.norm2(y), memory)
+        return y + self.ff(self.norm3(y))
+
+
+BLOCKS = (EncoderLayer, DecoderLayer)
 
 
 class EncoderDecoder(nn.Module):
@@ -46,17 +119,12 @@ class EncoderDecoder(nn.Module):
         self.vocab_size, self.d_model, self.nhead = vocab_size, d_model, nhead
         self.embed = nn.Embedding(vocab_size, d_model)  # shared by source and target
         self.pos = nn.Embedding(max_len, d_model)
-        common: dict[str, Any] = dict(
-            d_model=d_model,
-            nhead=nhead,
-            dim_feedforward=dim_feedforward,
-            dropout=0.0,
-            activation="gelu",
-            batch_first=True,
-            norm_first=True,
+        self.encoder = nn.ModuleList(
+            EncoderLayer(d_model, nhead, dim_feedforward) for _ in range(num_encoder_layers)
         )
-        self.encoder = nn.ModuleList(nn.TransformerEncoderLayer(**common) for _ in range(num_encoder_layers))
-        self.decoder = nn.ModuleList(nn.TransformerDecoderLayer(**common) for _ in range(num_decoder_layers))
+        self.decoder = nn.ModuleList(
+            DecoderLayer(d_model, nhead, dim_feedforward) for _ in range(num_decoder_layers)
+        )
         self.encoder_norm = nn.LayerNorm(d_model)
         self.decoder_norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
@@ -78,11 +146,9 @@ class EncoderDecoder(nn.Module):
         for layer in self.encoder:
             x = self._layer(layer, x)
         memory = self.encoder_norm(x)
-        length = target_in.shape[1]
-        y = self.embed(target_in) + self.pos(torch.arange(length, device=target_in.device))
-        mask = nn.Transformer.generate_square_subsequent_mask(length, device=y.device, dtype=y.dtype)
+        y = self.embed(target_in) + self.pos(torch.arange(target_in.shape[1], device=target_in.device))
         for layer in self.decoder:
-            y = self._layer(layer, y, memory, tgt_mask=mask, tgt_is_causal=True)
+            y = self._layer(layer, y, memory)
         return self.head(self.decoder_norm(y))
 
 
@@ -138,7 +204,7 @@ def build_seq2seq(spec: RunSpec, preset: ModelPreset, device: torch.device) -> A
         hidden_size=module.d_model,
         summary={
             "name": preset.name,
-            "architecture": "EncoderDecoder(torch.nn.TransformerEncoderLayer/DecoderLayer)",
+            "architecture": "EncoderDecoder(pre-norm layers, scaled_dot_product_attention)",
             "config_path": preset.path,
             "params": n_params,
             "matmul_params": flops.matmul_params,

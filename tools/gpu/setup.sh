@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On an offline GPU host: install the carried wheels (DeepSpeed and its small dependencies, built
-# by ../shared/tools/wheelhouse.sh into .whl/) and register this checkout's pytest plugin.
+# On an offline GPU host: install the carried wheels (DeepSpeed and its small dependencies, and
+# bitsandbytes for paged_adamw_8bit, built here by `../shared/tools/wheelhouse.sh .whl
+# bitsandbytes==0.50.2` into .whl/) and register this checkout's pytest plugin.
 #   source tools/gpu/setup.sh
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD
