@@ -107,7 +107,9 @@ def _epoch_time_cv(result: Mapping[str, Any], epochs: list[Mapping[str, Any]], m
             name, None, "one measured epoch: pass --llmbench-epochs=2 or more to see them agree"
         )
     mean = statistics.fmean(walls)
-    cv = statistics.stdev(walls) / mean if mean > 0 else float("inf")
+    if mean <= 0:
+        return CheckOutcome(name, None, "the epochs took no measurable time")
+    cv = statistics.stdev(walls) / mean
     steps = result.get("step_time_cv")
     detail = f"epoch wall time CV {cv:.1%} (mean {mean:.2f} s over {len(walls)} epochs" + (
         f"; step time CV {steps:.1%}, which data arrival moves by design)" if steps is not None else ")"

@@ -382,7 +382,13 @@ SETTINGS: tuple[Setting, ...] = (
         _positive_int,
         "N",
     ),
-    Setting("epochs", "seq2seq measured epochs (default: 2).", _positive_int, "N"),
+    Setting(
+        "epochs",
+        "seq2seq measured epochs (default: 2; the step-time check compares their wall times, so "
+        "with 1 it does not apply).",
+        _positive_int,
+        "N",
+    ),
     Setting(
         "warmup_epochs", "seq2seq epochs run first and not measured (default: 1).", _non_negative_int, "N"
     ),

@@ -220,7 +220,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         entries = build_matrix(options, hw, sizes, launched=session.mode == "launcher")
     except SpecError as exc:
         # reported as a usage error after collection if this test is selected (not as a
-        # collection traceback, and not when `-k` leaves it out)
+        # collection traceback, and not when `-k` leaves it out): pytest_collection_finish
         config.stash[_ERRORS_KEY][nodeid] = str(exc)
         metafunc.parametrize("llmbench", [pytest.param(None, id="invalid")], indirect=True)
         return
@@ -233,23 +233,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("llmbench", params, indirect=True)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
-    """Refuse the session for the selected tests' bad settings, after `-k` and `-m` deselected."""
-    selected = {item.nodeid.split("[", 1)[0] for item in items}
+def _refusals(config: pytest.Config, items: list[Any]) -> list[str]:
+    """The bad settings of the tests that will run (after -k, -m, --deselect, --lf), and the
+    session's model where it suits none of the benchmarks that will run."""
+    selected = {f"{item.parent.nodeid}::{getattr(item, 'originalname', item.name)}" for item in items}
     refused = config.stash.get(_ERRORS_KEY, {})
     errors = [message for nodeid, message in refused.items() if nodeid in selected]
     benchmarks = selected & config.stash.get(_LLMBENCH_TESTS_KEY, set())
     wrong = config.stash.get(_WRONG_MODEL_KEY, {})
     if benchmarks and benchmarks <= wrong.keys():
-        # the session's model suits none of the selected benchmarks: skipping them all would
-        # pass a CI gate that measured nothing
+        # skipping them all would pass a CI gate that measured nothing
         errors += [wrong[nodeid] for nodeid in sorted(benchmarks)]
-    if errors:
-        raise pytest.UsageError("\n".join(dict.fromkeys(errors)))
+    return list(dict.fromkeys(errors))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    # the final list of items: every plugin's deselection has happened
+    errors = _refusals(session.config, session.items)
+    if errors:
+        raise pytest.UsageError("\n".join(errors))
     s = get_session(session.config)
     if s.env.under_torchrun and s.world_size > 1:
         from .agreement import check_collection

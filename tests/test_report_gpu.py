@@ -438,5 +438,5 @@ def test_the_disk_cost_compares_the_means_of_repeated_runs(tmp_path: Path) -> No
     md, _ = report_md(runs, tmp_path / "out")
     assert (
         "from disk 1,292 samples/s against 1,334 from memory (-3.2% over the epoch's wall clock; "
-        "means of 2 and 2 runs, whose fastest and slowest differ by 2.1% and 2.3%)"
+        "means of 2 and 2 runs; fastest and slowest differ by 2.1% (disk) and 2.3% (memory))"
     ) in md

@@ -176,6 +176,11 @@ def _data_cell(d: dict[str, Any]) -> str:
     return f"disk: {shards} shard(s), {mb} MB{reused}{cold}"
 
 
+def _mean_of(runs: list[Run], key: str) -> float | None:
+    values = [r.data[key] for r in runs if r.data.get(key) is not None]
+    return statistics.fmean(values) if values else None
+
+
 def _disk_cost(memory: list[Run], disk: list[Run]) -> list[str]:
     """One line: disk against memory for a configuration, over the means of its repeats, with
     the repeats' spread where there are several, so a difference inside the noise shows as such."""
@@ -186,12 +191,14 @@ def _disk_cost(memory: list[Run], disk: list[Run]) -> list[str]:
     mean_fast, mean_slow = statistics.fmean(fast), statistics.fmean(slow)
     repeats = ""
     if len(fast) > 1 or len(slow) > 1:
-        spread = [fmt.pct((max(xs) - min(xs)) / statistics.fmean(xs)) for xs in (slow, fast)]
-        repeats = (
-            f"; means of {len(slow)} and {len(fast)} runs, whose fastest and slowest differ by "
-            f"{spread[0]} and {spread[1]}"
-        )
-    idle = [statistics.fmean(r.data.get("idle_fraction") or 0.0 for r in runs) for runs in (disk, memory)]
+        spreads = [
+            f"{fmt.pct((max(xs) - min(xs)) / statistics.fmean(xs))} ({source})"
+            for source, xs in (("disk", slow), ("memory", fast))
+            if len(xs) > 1
+        ]
+        repeats = f"; means of {len(slow)} and {len(fast)} runs; fastest and slowest differ by "
+        repeats += " and ".join(spreads)
+    idle = [_mean_of(runs, "idle_fraction") for runs in (disk, memory)]
     d = disk[-1]
     return [
         f"- {d.data.get('strategy')}, {d.data.get('model')} on {d.data.get('world_size')}x {d.hardware}: "

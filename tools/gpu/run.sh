@@ -10,7 +10,7 @@ name=$1; shift
 dir=/tmp/llmbench/$name
 mkdir -p "$dir"
 limit=()
-[ "${RUN_TIMEOUT:-0}" -gt 0 ] && limit=(timeout --kill-after=30 "$RUN_TIMEOUT")
+[ "${RUN_TIMEOUT:-0}" -gt 0 ] && limit=(timeout --foreground --kill-after=30 "$RUN_TIMEOUT")  # pytest alone: it stops its ranks and records them
 "${limit[@]}" pytest benchmarks/ -p no:cacheprovider -q --llmbench-results-dir="$dir" \
   --benchmark-json="$dir/benchmark.json" "$@" 2>&1 | tail -15
 tar czf "$OUT/$name.tgz" -C /tmp/llmbench "$name"
