@@ -235,3 +235,46 @@ def test_epoch_plan_counts_the_steps_of_every_rank():
     with pytest.raises(SpecError, match="less than one optimizer step"):
         datasets.epoch_plan(10, batch=8, world_size=2, grad_accum=1)
     assert os.path.basename(datasets.default_data_dir("res")) == ".llmbench-data"
+
+
+def test_the_layers_compute_what_torchs_transformer_layers_compute():
+    """The layers are written in seq2seq.py (so that torch.compile traces them); with the same
+    weights they must give what torch's pre-norm TransformerEncoderLayer/DecoderLayer give."""
+    import torch
+    from torch import nn
+
+    from llmbench_pytest.worker.seq2seq import DecoderLayer, EncoderLayer
+
+    torch.manual_seed(0)
+    d, heads, ff = 32, 4, 64
+    common = dict(dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
+    ref_enc = nn.TransformerEncoderLayer(d, heads, ff, **common).eval()
+    ref_dec = nn.TransformerDecoderLayer(d, heads, ff, **common).eval()
+    enc, dec = EncoderLayer(d, heads, ff), DecoderLayer(d, heads, ff)
+
+    def attention(ours, theirs):
+        if hasattr(ours, "qkv"):
+            ours.qkv.weight.data, ours.qkv.bias.data = theirs.in_proj_weight.data, theirs.in_proj_bias.data
+        else:
+            w, b = theirs.in_proj_weight.data, theirs.in_proj_bias.data
+            ours.q.weight.data, ours.q.bias.data = w[:d], b[:d]
+            ours.kv.weight.data, ours.kv.bias.data = w[d:], b[d:]
+        ours.out.load_state_dict(theirs.out_proj.state_dict())
+
+    attention(enc.self_attn, ref_enc.self_attn)
+    attention(dec.self_attn, ref_dec.self_attn)
+    attention(dec.cross_attn, ref_dec.multihead_attn)
+    for ours, theirs in ((enc, ref_enc), (dec, ref_dec)):
+        ours.ff.linear1.load_state_dict(theirs.linear1.state_dict())
+        ours.ff.linear2.load_state_dict(theirs.linear2.state_dict())
+        for name in ("norm1", "norm2", "norm3"):
+            if hasattr(theirs, name):
+                getattr(ours, name).load_state_dict(getattr(theirs, name).state_dict())
+
+    source, target = torch.randn(2, 12, d), torch.randn(2, 9, d)
+    memory = enc(source)
+    torch.testing.assert_close(memory, ref_enc(source))
+    mask = nn.Transformer.generate_square_subsequent_mask(9)
+    torch.testing.assert_close(
+        dec(target, memory), ref_dec(target, memory, tgt_mask=mask, tgt_is_causal=True)
+    )
