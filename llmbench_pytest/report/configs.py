@@ -93,7 +93,8 @@ def config_key(run: Run) -> ConfigKey:
     )
 
 
-def _mean(values: Iterable[float | None]) -> float | None:
+def mean_of(values: Iterable[float | None]) -> float | None:
+    """The mean of the values that are present; None when none is."""
     xs = [v for v in values if v is not None]
     return statistics.fmean(xs) if xs else None
 
@@ -133,7 +134,7 @@ class Config:
         return self.key.world_size
 
     def mean(self, field: str) -> float | None:
-        return _mean(r.data.get(field) for r in self.ok_runs)
+        return mean_of(r.data.get(field) for r in self.ok_runs)
 
     @property
     def tokens_per_sec(self) -> float | None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .configs import Config
+from .configs import Config, mean_of
 
 # worker/monitor.py's THROTTLING, copied: that module imports torch, the report must not
 THROTTLING = (
@@ -137,14 +137,9 @@ def monitor_extreme(d: Mapping[str, Any], key: str, pick: Callable[[Iterable[flo
     return pick(values) if values else None
 
 
-def _mean(values: Iterable[Any]) -> float | None:
-    xs = [float(v) for v in values if v is not None]
-    return sum(xs) / len(xs) if xs else None
-
-
 def config_mean(c: Config, get: Callable[[Mapping[str, Any]], Any]) -> float | None:
     """The mean over a configuration's finished runs of one reading, None when none has it."""
-    return _mean(get(r.data) for r in c.ok_runs)
+    return mean_of(get(r.data) for r in c.ok_runs)
 
 
 def config_comm(c: Config, key: str) -> float | None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from . import fmt
 from .collect import Run
+from .configs import mean_of
 from .md_table import md_table
 
 WORKED = 1.05
@@ -176,11 +177,6 @@ def _data_cell(d: dict[str, Any]) -> str:
     return f"disk: {shards} shard(s), {mb} MB{reused}{cold}"
 
 
-def _mean_of(runs: list[Run], key: str) -> float | None:
-    values = [r.data[key] for r in runs if r.data.get(key) is not None]
-    return statistics.fmean(values) if values else None
-
-
 def _disk_cost(memory: list[Run], disk: list[Run]) -> list[str]:
     """One line: disk against memory for a configuration, over the means of its repeats, with
     the repeats' spread where there are several, so a difference inside the noise shows as such."""
@@ -198,7 +194,7 @@ def _disk_cost(memory: list[Run], disk: list[Run]) -> list[str]:
         ]
         repeats = f"; means of {len(slow)} and {len(fast)} runs; fastest and slowest differ by "
         repeats += " and ".join(spreads)
-    idle = [_mean_of(runs, "idle_fraction") for runs in (disk, memory)]
+    idle = [mean_of(r.data.get("idle_fraction") for r in runs) for runs in (disk, memory)]
     d = disk[-1]
     return [
         f"- {d.data.get('strategy')}, {d.data.get('model')} on {d.data.get('world_size')}x {d.hardware}: "
