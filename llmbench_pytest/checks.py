@@ -83,14 +83,28 @@ def check_step_time_cv(result: Mapping[str, Any], max_cv: float) -> CheckOutcome
         f"min {result['step_time_min_sec']:.4f} s, max {result['step_time_max_sec']:.4f} s "
         f"over {result['steps']} steps)"
     )
+    return _cv_verdict(
+        result,
+        cv,
+        max_cv,
+        quantity="step time",
+        detail=detail,
+        fix="Add warm-up (--llmbench-warmup) or steps (--llmbench-steps)",
+    )
+
+
+def _cv_verdict(
+    result: Mapping[str, Any], cv: float, max_cv: float, *, quantity: str, detail: str, fix: str
+) -> CheckOutcome:
+    """The step-time check's outcome for a measured CV of `quantity` (`detail`: the numbers);
+    `fix` is the first remedy, a quieter machine and a looser bound follow."""
     if cv <= max_cv:
-        return CheckOutcome(name, True, f"step time {detail} <= {max_cv:.1%}", cv, max_cv)
+        return CheckOutcome("step_time_cv", True, f"{quantity} {detail} <= {max_cv:.1%}", cv, max_cv)
     return CheckOutcome(
-        name,
+        "step_time_cv",
         False,
-        f"{result.get('strategy')}: step time varies too much: {detail} > {max_cv:.1%}. "
-        "Add warm-up (--llmbench-warmup) or steps (--llmbench-steps), run on a quieter machine, "
-        "or raise --llmbench-max-cv.",
+        f"{result.get('strategy')}: {quantity} varies too much: {detail} > {max_cv:.1%}. "
+        f"{fix}, run on a quieter machine, or raise --llmbench-max-cv.",
         cv,
         max_cv,
     )
@@ -111,19 +125,16 @@ def _epoch_time_cv(result: Mapping[str, Any], epochs: list[Mapping[str, Any]], m
         return CheckOutcome(name, None, "the epochs took no measurable time")
     cv = statistics.stdev(walls) / mean
     steps = result.get("step_time_cv")
-    detail = f"epoch wall time CV {cv:.1%} (mean {mean:.2f} s over {len(walls)} epochs" + (
+    detail = f"CV {cv:.1%} (mean {mean:.2f} s over {len(walls)} epochs" + (
         f"; step time CV {steps:.1%}, which data arrival moves by design)" if steps is not None else ")"
     )
-    if cv <= max_cv:
-        return CheckOutcome(name, True, f"{detail} <= {max_cv:.1%}", cv, max_cv)
-    return CheckOutcome(
-        name,
-        False,
-        f"{result.get('strategy')}: epochs vary too much: {detail} > {max_cv:.1%}. Add warm-up epochs "
-        "(--llmbench-warmup-epochs) or samples per epoch (--llmbench-dataset-samples), run on a quieter "
-        "machine, or raise --llmbench-max-cv.",
+    return _cv_verdict(
+        result,
         cv,
         max_cv,
+        quantity="epoch wall time",
+        detail=detail,
+        fix="Add warm-up epochs (--llmbench-warmup-epochs) or samples per epoch (--llmbench-dataset-samples)",
     )
 
 
