@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -19,6 +20,11 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 # CPU step times on a shared 2-core machine swing widely; the step-time check itself is tested
 # with tight bounds in test_checks_in_pytest.py
 LOOSE_CV = "--llmbench-max-cv=5"
+
+
+def saved_results(root: Path) -> list[dict]:
+    """The result.json of every run saved under ROOT/results."""
+    return [json.loads(p.read_text()) for p in root.glob("results/*_results/result.json")]
 
 
 @pytest.fixture

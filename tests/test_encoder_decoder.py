@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOOSE_CV, REPO
+from conftest import LOOSE_CV, REPO, saved_results
 from llmbench_pytest import datasets
 from llmbench_pytest.spec import SpecError
 
@@ -23,11 +23,7 @@ def encdec_bench(bench):
 
 
 def runs(path: Path) -> dict[str, dict]:
-    found = {}
-    for p in path.glob("results/*_results/result.json"):
-        data = json.loads(p.read_text())
-        found[f"{data['strategy']}-ws{data['world_size']}-{data['data']}"] = data
-    return found
+    return {f"{d['strategy']}-ws{d['world_size']}-{d['data']}": d for d in saved_results(path)}
 
 
 def data_folders(root: Path) -> list[Path]:

@@ -16,15 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOOSE_CV
+from conftest import LOOSE_CV, saved_results
 
 
 def runs(path: Path) -> dict[str, dict]:
-    out = {}
-    for p in path.glob("results/*_results/result.json"):
-        data = json.loads(p.read_text())
-        out[f"{data['strategy']}-ws{data['world_size']}"] = data
-    return out
+    return {f"{d['strategy']}-ws{d['world_size']}": d for d in saved_results(path)}
 
 
 def leftover_processes(marker: str) -> list[str]:

@@ -1,12 +1,10 @@
 """LoRA fine-tuning and seed 001's diagnostic matrix, trained for real at CPU size."""
 
-import json
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import LOOSE_CV, REPO
+from conftest import LOOSE_CV, REPO, saved_results
 
 
 @pytest.fixture
@@ -14,10 +12,6 @@ def lora_bench(bench):
     for name in ("test_finetune_lora.py", "test_lora_diagnostic.py"):
         (bench.path / "benchmarks" / name).write_text((REPO / "benchmarks" / name).read_text())
     return bench
-
-
-def runs(path: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in path.glob("results/*_results/result.json")]
 
 
 def test_lora_trains_only_the_adapters_and_prices_the_samples(lora_bench):
@@ -30,7 +24,7 @@ def test_lora_trains_only_the_adapters_and_prices_the_samples(lora_bench):
         "--llmbench-price=0.60",
     )
     result.assert_outcomes(passed=2)
-    for run in runs(lora_bench.path):
+    for run in saved_results(lora_bench.path):
         assert run["workload"] == "lora" and run["model"] == "mistral-tiny" and run["lora_rank"] == 8
         assert 0 < run["trainable_params"] < run["params"] / 20  # adapters only
         assert run["last_loss"] < run["first_loss"]
@@ -46,7 +40,7 @@ def test_diagnostic_matrix_runs_every_variant_it_can(lora_bench):
     # no GPU here: the paged 8-bit optimizer variant is skipped with its reason
     result.assert_outcomes(passed=5, skipped=1)
     result.stdout.fnmatch_lines(["*SKIPPED*paged_adamw_8bit (bitsandbytes)*needs a GPU*"])
-    found = {run["diagnostic"]: run for run in runs(lora_bench.path)}
+    found = {run["diagnostic"]: run for run in saved_results(lora_bench.path)}
     assert set(found) == {"baseline", "lora_rank", "shorter_seq", "shorter_seq_larger_batch", "fp16"}
     base = found["baseline"]
     assert found["lora_rank"]["lora_rank"] == base["lora_rank"] // 2
