@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
 from .report.collect import ReportError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 USAGE_ERROR = 2
 
@@ -100,12 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"llmbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    fmt_cls = argparse.RawDescriptionHelpFormatter
+    _add_report(sub)
+    _add_compare(sub)
+    _add_gate(sub)
+    return parser
 
+
+_DESCRIBED = argparse.RawDescriptionHelpFormatter
+"""Subcommand descriptions are laid out by hand: keep their line breaks."""
+
+
+def _add_report(sub: Any) -> None:
     rep = sub.add_parser(
         "report",
         help="write metrics.csv, BENCHMARK_REPORT.md and plots for a results folder",
-        formatter_class=fmt_cls,
+        formatter_class=_DESCRIBED,
         description=(
             "Read every result.json under RESULTS_DIR and write RESULTS_DIR/summary/:\n"
             "  metrics.csv          one row per run: seed 000's columns, scaling_efficiency_pct,\n"
@@ -127,10 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-q", "--quiet", action="store_true", help="do not print the summary table")
     rep.set_defaults(func=_report)
 
+
+def _add_compare(sub: Any) -> None:
     cmp = sub.add_parser(
         "compare",
         help="compare the same configurations across machines or runs, with cost per 1M tokens",
-        formatter_class=fmt_cls,
+        formatter_class=_DESCRIBED,
         description=(
             "Each INPUT is one machine or run: a results folder, a result.json, a pytest-benchmark\n"
             "saved run (.json) or a pytest-benchmark storage folder (its newest run). Per configuration:\n"
@@ -151,10 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--markdown", metavar="FILE", help="also write the comparison as markdown to FILE")
     cmp.set_defaults(func=_compare)
 
+
+def _add_gate(sub: Any) -> None:
     gate = sub.add_parser(
         "gate",
         help="fail (exit 1) when the current run is slower or hungrier than the baseline",
-        formatter_class=fmt_cls,
+        formatter_class=_DESCRIBED,
         description=(
             "Compare CURRENT with BASELINE per configuration. A metric past its bound fails the gate\n"
             "(exit 1) unless the change is within the measured run-to-run spread (repeats' spread where\n"
@@ -193,7 +208,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gate.add_argument("--output", metavar="FILE", help="also write the gate's report to FILE (CI artifact)")
     gate.set_defaults(func=_gate)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

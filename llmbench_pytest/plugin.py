@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from .datasets import DATA_DIR_NAME
-from .fixture import LlmbenchFixture
-from .matrix import build_matrix, world_sizes
-from .options import SETTINGS, SessionOptions
-from .ranks import rank_env
-from .session import SESSION_KEY, LlmbenchSession, get_session
-from .spec import SpecError
+from .config.datasets import DATA_DIR_NAME
+from .config.options import SETTINGS, SessionOptions
+from .config.ranks import rank_env
+from .config.spec import SpecError
+from .launch.matrix import build_matrix, world_sizes
+from .session.fixture import LlmbenchFixture
+from .session.state import SESSION_KEY, LlmbenchSession, get_session
 
 _ERRORS_KEY = pytest.StashKey[dict[str, str]]()
 """Test function node id -> why its settings were refused; raised only if the test is selected."""
@@ -254,7 +254,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError("\n".join(errors))
     s = get_session(session.config)
     if s.env.under_torchrun and s.world_size > 1:
-        from .agreement import check_collection
+        from .session.agreement import check_collection
 
         try:
             check_collection(s, [item.nodeid for item in session.items])
@@ -267,7 +267,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     s = get_session(item.config)
     if s.env.under_torchrun and s.world_size > 1:
-        from .agreement import agree
+        from .session.agreement import agree
 
         agree(s, report)
     return report
@@ -314,7 +314,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if not s.env.is_writer or not s.result_paths:
         return
-    from . import session_end
+    from .session import end as session_end
 
     if s.options.report:
         s.summary_lines.extend(session_end.write_session_report(s))

@@ -4,7 +4,7 @@ import json
 import sys
 
 from conftest import LOOSE_CV
-from llmbench_pytest.batch_search import Trial, search
+from llmbench_pytest.launch.batch_search import Trial, search
 
 
 def fake(limit, rate=lambda b: 100.0 * b):

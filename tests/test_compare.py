@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from test_report import assert_lines, assert_one_line_error, llmbench, make_result, write_runs
 
-from llmbench_pytest.recording import EXTRA_KEYS
+from llmbench_pytest.session.recording import EXTRA_KEYS
 
 H200 = "NVIDIA H200"
 

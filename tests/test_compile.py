@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from llmbench_pytest.presets import resolve_model
-from llmbench_pytest.spec import RunSpec
+from llmbench_pytest.config.presets import resolve_model
+from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.worker.models import build_model
 
 CASES = {"causal_lm": "llama-tiny", "lora": "mistral-tiny", "seq2seq": "encdec-3m"}

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import LOOSE_CV, REPO, saved_results
-from llmbench_pytest import datasets
-from llmbench_pytest.spec import SpecError
+from llmbench_pytest.config import datasets
+from llmbench_pytest.config.spec import SpecError
 
 # 4 steps per epoch on one rank at the preset's batch of 8: seconds per run on CPU
 SMALL = ("--llmbench-dataset-samples=32", "--llmbench-epochs=2", "--llmbench-warmup-epochs=1")

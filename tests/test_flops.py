@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from llmbench_pytest.flops import FlopsModel, mfu, tflops_per_gpu
+from llmbench_pytest.analysis.flops import FlopsModel, mfu, tflops_per_gpu
 from llmbench_pytest.worker.models import matmul_params
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 
+from llmbench_pytest.analysis.comm_model import per_step
+from llmbench_pytest.analysis.memory_model import bytes_per_param, gap, predicted_gb
+from llmbench_pytest.analysis.trace import summarize
 from llmbench_pytest.checks import check_timing
-from llmbench_pytest.comm_model import per_step
-from llmbench_pytest.memory_model import bytes_per_param, gap, predicted_gb
-from llmbench_pytest.trace_analysis import summarize
 
 P = 1_000_000
 

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from llmbench_pytest.presets import gpu_peak, model_names, resolve_model, tier_for_memory
-from llmbench_pytest.spec import SpecError
+from llmbench_pytest.config.presets import gpu_peak, model_names, resolve_model, tier_for_memory
+from llmbench_pytest.config.spec import SpecError
 from llmbench_pytest.worker.models import _config, matmul_params
 
 

@@ -1,7 +1,7 @@
 """The README documents every option the plugin has."""
 
 from conftest import REPO
-from llmbench_pytest.options import SETTINGS
+from llmbench_pytest.config.options import SETTINGS
 
 
 def test_every_option_is_in_the_readme():

@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from llmbench_pytest.measurement import Measurement
-from llmbench_pytest.results import SEED_FIELDS, build_result
-from llmbench_pytest.spec import RunSpec
+from llmbench_pytest.config.spec import RunSpec
+from llmbench_pytest.results.build import build_result
+from llmbench_pytest.results.measurement import Measurement
+from llmbench_pytest.results.schema import SEED_FIELDS
 
 H100 = "NVIDIA H100 80GB HBM3"
 PLOTS = (

@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 from test_report import assert_lines, llmbench, make_result, write_runs
 
-from llmbench_pytest import memory_model
-from llmbench_pytest.measurement import Measurement
+from llmbench_pytest.analysis import memory_model
+from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.report import gpu_truth, write_report
-from llmbench_pytest.results import SEED_FIELDS, build_result
-from llmbench_pytest.spec import RunSpec
+from llmbench_pytest.results.build import build_result
+from llmbench_pytest.results.measurement import Measurement
+from llmbench_pytest.results.schema import SEED_FIELDS
 
 H200_RUNS = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-22-h200x2-llama-1b" / "runs"
 

@@ -4,9 +4,12 @@ import json
 
 import pytest
 
-from llmbench_pytest.measurement import Measurement
-from llmbench_pytest.results import SEED_FIELDS, build_result, claim_run_paths, read_result, write_json_atomic
-from llmbench_pytest.spec import RunSpec
+from llmbench_pytest.config.spec import RunSpec
+from llmbench_pytest.report.collect import ReportError, read_run
+from llmbench_pytest.results.build import build_result
+from llmbench_pytest.results.measurement import Measurement
+from llmbench_pytest.results.schema import SEED_FIELDS
+from llmbench_pytest.results.storage import claim_run_paths, write_json_atomic
 
 SPEC = RunSpec(
     strategy="zero2",
@@ -92,5 +95,5 @@ def test_atomic_write_leaves_no_partial_file(tmp_path):
 def test_corrupt_or_truncated_result_is_named(tmp_path):
     bad = tmp_path / "result.json"
     bad.write_text('{"strategy": "ddp", "tokens_per')
-    with pytest.raises(ValueError, match=rf"{bad}: not a readable result file"):
-        read_result(bad)
+    with pytest.raises(ReportError, match=rf"{bad}: truncated"):
+        read_run(bad)

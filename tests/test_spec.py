@@ -2,8 +2,8 @@
 
 import pytest
 
-from llmbench_pytest.options import SessionOptions
-from llmbench_pytest.spec import DEFAULT_STRATEGIES, RunSpec, SpecError, parse_strategy
+from llmbench_pytest.config.options import SessionOptions
+from llmbench_pytest.config.spec import DEFAULT_STRATEGIES, RunSpec, SpecError, parse_strategy
 
 
 def spec(**kw):

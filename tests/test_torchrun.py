@@ -11,7 +11,7 @@ import subprocess
 import yaml
 
 from conftest import LOOSE_CV, REPO, TORCHRUN, torchrun
-from llmbench_pytest.spec import DEFAULT_STRATEGIES
+from llmbench_pytest.config.spec import DEFAULT_STRATEGIES
 
 
 def test_every_strategy_trains_on_two_ranks_and_shards(bench):

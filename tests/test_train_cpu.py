@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from conftest import LOOSE_CV
-from llmbench_pytest.results import SEED_FIELDS
-from llmbench_pytest.spec import DEFAULT_STRATEGIES
+from llmbench_pytest.config.spec import DEFAULT_STRATEGIES
+from llmbench_pytest.results.schema import SEED_FIELDS
 
 
 def results_of(path):

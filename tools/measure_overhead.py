@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.distributed as dist
 
-from llmbench_pytest.presets import resolve_model
-from llmbench_pytest.ranks import rank_env
-from llmbench_pytest.spec import RunSpec
+from llmbench_pytest.config.presets import resolve_model
+from llmbench_pytest.config.ranks import rank_env
+from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.worker import dist as lb_dist
 from llmbench_pytest.worker.data import rank_batches
 from llmbench_pytest.worker.models import build_model

@@ -6,9 +6,9 @@ report; both call write_report(). Standard library and tabulate; matplotlib only
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import markdown, metrics_csv
 from .collect import SUMMARY_DIR, Collection, load_results
@@ -16,6 +16,9 @@ from .configs import Config, ConfigKey, config_key, group_configs
 from .recommend import PatternRules, Recommendation, recommend
 from .scaling import Scaling, scaling_table
 from .table import summary_table
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 REPORT_FILE = "BENCHMARK_REPORT.md"
 CSV_FILE = "metrics.csv"

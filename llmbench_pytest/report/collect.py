@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-RESULT_FILE = "result.json"  # the name results.py writes; kept here so the report imports no torch
+from ..results.schema import RESULT_FILE
+
 SUMMARY_DIR = "summary"
 
 _REPEAT = re.compile(r"-r(\d+)$")  # results.claim_run_paths names a configuration's later runs -r2, -r3, ...

@@ -12,9 +12,9 @@ speed-up over the first input that ran it; with one price per input ($ per GPU-h
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
@@ -23,6 +23,9 @@ from .collect import ReportError
 from .configs import strategy_rank
 from .records import Record, RecordKey, RecordSet, load_records
 from .table import colalign
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,16 @@ adds a sample, and the spread of the repeats is the measured run-to-run noise.
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .collect import Run
+from ..analysis.stats import mean_of, spread_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from .collect import Run
 
 # The order strategies are listed in everywhere (tables, legends): native PyTorch first, then
 # DeepSpeed by ZeRO stage, then the offload variants.
@@ -93,18 +96,6 @@ def config_key(run: Run) -> ConfigKey:
     )
 
 
-def mean_of(values: Iterable[float | None]) -> float | None:
-    """The mean of the values that are present; None when none is."""
-    xs = [v for v in values if v is not None]
-    return statistics.fmean(xs) if xs else None
-
-
-def _spread(values: Iterable[float | None]) -> float | None:
-    """Sample standard deviation over repeats; None with fewer than two."""
-    xs = [v for v in values if v is not None]
-    return statistics.stdev(xs) if len(xs) > 1 else None
-
-
 @dataclass(frozen=True)
 class Config:
     """One configuration: its runs and their numbers (means over the runs that finished)."""
@@ -134,7 +125,11 @@ class Config:
         return self.key.world_size
 
     def mean(self, field: str) -> float | None:
-        return mean_of(r.data.get(field) for r in self.ok_runs)
+        return self.mean_by(lambda d: d.get(field))
+
+    def mean_by(self, get: Callable[[Mapping[str, Any]], Any]) -> float | None:
+        """The mean over the finished runs of one reading, None when none has it."""
+        return mean_of(get(r.data) for r in self.ok_runs)
 
     @property
     def tokens_per_sec(self) -> float | None:
@@ -143,7 +138,7 @@ class Config:
     @property
     def tokens_per_sec_spread(self) -> float | None:
         """Standard deviation of tokens/s across repeats (run-to-run), when there are two or more."""
-        return _spread(r.data.get("tokens_per_sec") for r in self.ok_runs)
+        return spread_of(r.data.get("tokens_per_sec") for r in self.ok_runs)
 
     @property
     def step_time(self) -> float | None:

@@ -31,15 +31,19 @@ configuration, or a baseline from another GPU model with strict).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
 from . import fmt
 from .collect import ReportError
-from .records import Record, RecordKey, RecordSet
 from .table import colalign
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .records import Record, RecordKey, RecordSet
 
 OK, IMPROVED, WITHIN_NOISE, REGRESSION = "ok", "improved", "within noise", "REGRESSION"
 NO_MEMORY = "peak memory not measured on both sides"

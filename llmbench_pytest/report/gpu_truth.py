@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .configs import Config, mean_of
+if TYPE_CHECKING:
+    from .configs import Config
 
 # worker/monitor.py's THROTTLING, copied: that module imports torch, the report must not
 THROTTLING = (
@@ -137,13 +138,8 @@ def monitor_extreme(d: Mapping[str, Any], key: str, pick: Callable[[Iterable[flo
     return pick(values) if values else None
 
 
-def config_mean(c: Config, get: Callable[[Mapping[str, Any]], Any]) -> float | None:
-    """The mean over a configuration's finished runs of one reading, None when none has it."""
-    return mean_of(get(r.data) for r in c.ok_runs)
-
-
 def config_comm(c: Config, key: str) -> float | None:
-    return config_mean(c, lambda d: communication(d).get(key))
+    return c.mean_by(lambda d: communication(d).get(key))
 
 
 def config_extreme(c: Config, key: str, pick: Callable[[Iterable[float]], float]) -> float | None:

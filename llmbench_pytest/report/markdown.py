@@ -10,17 +10,21 @@ entries; metrics.csv has them all.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import fmt, markdown_gpu, markdown_workloads
-from .collect import Collection, Run
 from .configs import Config, ConfigKey, scenario_title
 from .md_table import capped as _capped
 from .md_table import md_table as _md_table
-from .recommend import Recommendation
-from .scaling import Scaling
 from .table import CPU_NOTE, summary_rows
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+    from .collect import Collection, Run
+    from .recommend import Recommendation
+    from .scaling import Scaling
 
 
 def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:

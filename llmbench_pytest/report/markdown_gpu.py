@@ -13,15 +13,17 @@ needs naming. A section with nothing to show is its heading and one line. Readin
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..memory_model import GAP_FLAG
+from ..analysis.memory_model import GAP_FLAG
 from . import fmt, gpu_truth
-from .collect import Run
 from .configs import Config, strategy_rank
 from .gpu_truth import config_comm, config_extreme, config_throttles
 from .md_table import capped, md_table
 from .table import lead_columns, memory_header
+
+if TYPE_CHECKING:
+    from .collect import Run
 
 Cell = Callable[[Config], Any]
 Column = tuple[str, Cell]

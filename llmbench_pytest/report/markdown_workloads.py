@@ -7,13 +7,16 @@ Standard library and tabulate (through md_table). Sections are absent when no ru
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..analysis.stats import mean_of
 from . import fmt
-from .collect import Run
-from .configs import mean_of
 from .md_table import md_table
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .collect import Run
 
 WORKED = 1.05
 """A variant 'worked' when it is at least 5% faster than the baseline in samples/s (seed 001's

@@ -5,11 +5,14 @@ Standard library and tabulate only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
 from .table import colalign
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 LIST_LIMIT = 50
 

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..results import SEED_FIELDS
+from ..results.schema import SEED_FIELDS
 from . import gpu_truth
-from .collect import Run
 from .configs import ConfigKey, config_key
 from .scaling import Scaling, efficiency_of_run
 
-SEED_COLUMNS = SEED_FIELDS  # seed 000's thirteen, in its order (results.py)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+    from .collect import Run
+
+SEED_COLUMNS = SEED_FIELDS  # seed 000's thirteen, in its order (results/schema.py)
 
 # read straight from result.json
 RESULT_COLUMNS = (

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import gpu_truth
 from .collect import ReportError
 from .configs import STRATEGY_ORDER, Config, ConfigKey, strategy_rank
 from .recommend import PatternRules
-from .scaling import Scaling
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+
+    from .scaling import Scaling
 
 INSTALL_HINT = "pip install llmbench[plots]"
 MAX_PANELS = 9
@@ -348,8 +351,22 @@ def write_plots(
     out_dir.mkdir(parents=True, exist_ok=True)
     chosen, left_out = panels(configs)
     ctx = _Ctx(plt, chosen, style_map([c.strategy for c in configs]), scaling, rules or PatternRules())
-    mem = {True: "peak host RSS per rank (GB)", False: "peak GPU memory allocated per rank (GB)"}
-    paths = [
+    paths = [*_vs_world_size(ctx, out_dir, scaling), *_per_strategy(ctx, out_dir)]
+    comm = _comm_plot(ctx, out_dir, configs)
+    if comm is not None:
+        paths.append(comm)
+    note = None
+    if left_out:
+        note = (
+            f"The plots show the {MAX_PANELS} largest groups (model, sequence length, precision, hardware); "
+            f"{left_out} more are in the tables and metrics.csv only."
+        )
+    return paths, note
+
+
+def _vs_world_size(ctx: _Ctx, out_dir: Path, scaling: Mapping[ConfigKey, Scaling]) -> list[Path]:
+    """Throughput, step time, scaling efficiency and host-to-device rate against the world size."""
+    return [
         _line_plot(
             ctx,
             out_dir / PLOT_FILES[0],
@@ -384,6 +401,13 @@ def write_plots(
             lambda c: c.h2d_gbps,
             empty_text="not measured: host-to-device traffic is measured on GPU runs only",
         ),
+    ]
+
+
+def _per_strategy(ctx: _Ctx, out_dir: Path) -> list[Path]:
+    """Peak memory (model states inside) and MFU, one bar per strategy."""
+    mem = {True: "peak host RSS per rank (GB)", False: "peak GPU memory allocated per rank (GB)"}
+    return [
         _bar_plot(
             ctx,
             out_dir / PLOT_FILES[4],
@@ -402,25 +426,21 @@ def write_plots(
             lambda p: "MFU n/a: " + next((c.mfu_reason for c in p.configs if c.mfu_reason), "not recorded"),
         ),
     ]
-    if any(_comm_ms(c) for c in configs):
-        # CPU runs have no exposed time (no CUDA streams to overlap on): no hatching to explain
-        hatched = any(_comm_ms(c, "comm_exposed_sec_per_step") for c in configs)
-        paths.append(
-            _bar_plot(
-                ctx,
-                out_dir / COMM_PLOT,
-                "Time in collectives per step"
-                + (" (hatched: exposed, not overlapped with compute)" if hatched else ""),
-                lambda p: "time in collectives (ms per step, busiest rank)",
-                _comm_ms,
-                lambda p: "no profiled run with 2 or more ranks (--llmbench-profile)",
-                inner=("exposed", lambda c: _comm_ms(c, "comm_exposed_sec_per_step")),
-            )
-        )
-    note = None
-    if left_out:
-        note = (
-            f"The plots show the {MAX_PANELS} largest groups (model, sequence length, precision, hardware); "
-            f"{left_out} more are in the tables and metrics.csv only."
-        )
-    return paths, note
+
+
+def _comm_plot(ctx: _Ctx, out_dir: Path, configs: Sequence[Config]) -> Path | None:
+    """Time in collectives per strategy, where a profiled run of 2 or more ranks measured it."""
+    if not any(_comm_ms(c) for c in configs):
+        return None
+    # CPU runs have no exposed time (no CUDA streams to overlap on): no hatching to explain
+    hatched = any(_comm_ms(c, "comm_exposed_sec_per_step") for c in configs)
+    return _bar_plot(
+        ctx,
+        out_dir / COMM_PLOT,
+        "Time in collectives per step"
+        + (" (hatched: exposed, not overlapped with compute)" if hatched else ""),
+        lambda p: "time in collectives (ms per step, busiest rank)",
+        _comm_ms,
+        lambda p: "no profiled run with 2 or more ranks (--llmbench-profile)",
+        inner=("exposed", lambda c: _comm_ms(c, "comm_exposed_sec_per_step")),
+    )

@@ -7,12 +7,16 @@ sentence carries its numbers, so a reader can check the claim against the table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import fmt
 from .configs import Config, ConfigKey, scenario_title
-from .scaling import Scaling
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .scaling import Scaling
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,11 +18,13 @@ A series with a measured 1-GPU run is preferred over one without, weak over stro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .configs import Config, ConfigKey
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .configs import Config, ConfigKey
 
 
 @dataclass(frozen=True)

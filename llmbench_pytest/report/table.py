@@ -9,14 +9,16 @@ prediction).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
-from ..memory_model import GAP_FLAG
+from ..analysis.memory_model import GAP_FLAG
 from . import fmt, gpu_truth
 from .configs import Config, ConfigKey
-from .scaling import Scaling
+
+if TYPE_CHECKING:
+    from .scaling import Scaling
 
 NUMERIC_COLUMNS = (
     "GPUs",

@@ -11,12 +11,15 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
-from ..ranks import RankEnv
-from ..spec import SpecError
+from ..config.spec import SpecError
+
+if TYPE_CHECKING:
+    from ..config.ranks import RankEnv
 
 
 @dataclass

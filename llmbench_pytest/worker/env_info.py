@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from .. import __version__
+from ..config.nvml import nvml_session, text
 
 
 def package_version(name: str) -> str | None:
@@ -25,15 +26,9 @@ def package_version(name: str) -> str | None:
 
 def nvidia_driver() -> str | None:
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            version = pynvml.nvmlSystemGetDriverVersion()
-        finally:
-            pynvml.nvmlShutdown()
-        return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:
+        with nvml_session() as nvml:
+            return text(nvml.nvmlSystemGetDriverVersion())
+    except Exception:  # NvmlUnavailable, or a driver that does not answer
         pass
     try:  # the kernel module reports its version here even without nvidia-ml-py
         first = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]

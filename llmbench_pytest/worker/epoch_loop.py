@@ -6,7 +6,7 @@ host clock, synchronized at both ends, and holds:
   statistics are the run's step times, and their sum is the epoch's compute time),
 - data wait: time the host spent blocked on the DataLoader for the next step's batches.
 On a GPU the host runs ahead of the device, so a wait can overlap queued work and cost nothing;
-the time it really cost is the device's idle time between steps, which results.py derives as
+the time it really cost is the device's idle time between steps, which results/build.py derives as
 the epoch's wall time less its compute time. On the CPU the two coincide, less loop overhead.
 When storage is slow the epoch's wall time grows while the step times do not: that gap is what
 the data path costs.
@@ -14,19 +14,22 @@ the data path costs.
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..spec import RunSpec
 from .faults import maybe_inject
 from .loop import Feed, LoopSamples, Window, _backward, after_window
-from .seq2seq_data import EpochData
-from .strategies import Strategy
+
+if TYPE_CHECKING:
+    import logging
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from ..config.spec import RunSpec
+    from .seq2seq_data import EpochData
+    from .strategies import Strategy
 
 
 def _sync(device: torch.device) -> None:
@@ -51,66 +54,28 @@ def epoch_loop(
     rank: int = 0,
     trace_path: Path | None = None,
 ) -> LoopSamples:
-    accum, steps = spec.grad_accum, data.plan.steps
     feed = Feed((), device)
-    epoch_index = 0
-
-    warmup_losses: list[float] = []
-    for e in range(spec.warmup_epochs):
-        feed.source = data.epoch(epoch_index)
-        epoch_index += 1
-        started = time.perf_counter()
-        for _ in range(steps):
-            loss = _backward(strategy, feed, accum)
-            strategy.optimizer_step()
-            warmup_losses.append(float(loss))  # warm-up is not timed: waiting here costs nothing
-        log.info(
-            "warm-up epoch %d/%d: %d steps in %.1f s, loss %.4f",
-            e + 1,
-            spec.warmup_epochs,
-            steps,
-            time.perf_counter() - started,
-            warmup_losses[-1],
-        )
-
+    warmup_losses = _warmup_epochs(strategy, data, spec, feed, log)
     window = Window(device)
     step_losses: list[torch.Tensor] = []
     epochs: list[dict[str, Any]] = []
     window.open(feed)
     for e in range(spec.epochs):
-        feed.source = data.epoch(epoch_index)
-        epoch_index += 1
-        _sync(device)
-        started = time.perf_counter()
-        wait = 0.0
-        for i in range(steps):
-            if e == 0 and i == 0:
-                maybe_inject(spec, rank)
-            wait += feed.prefetch(accum)
-            window.clock.begin()
-            loss = _backward(strategy, feed, accum)
-            strategy.optimizer_step()
-            window.clock.end()
-            step_losses.append(loss)
-            log.debug("epoch %d step %d/%d", e + 1, i + 1, steps)  # the launcher's heartbeat
-        _sync(device)
-        wall = time.perf_counter() - started
-        # the epoch's compute time comes from the step times, combined over ranks (results.py)
-        epochs.append(
-            {
-                "epoch": e + 1,
-                "steps": steps,
-                "samples_per_rank": steps * accum * spec.per_device_batch,
-                "wall_sec": wall,
-                "data_wait_sec": wait,
-            }
-        )
+        feed.source = data.epoch(spec.warmup_epochs + e)
+        epoch = _measured_epoch(strategy, feed, window, step_losses, spec, e, data.plan.steps, rank, log)
+        epochs.append(epoch)
         log.info(
-            "epoch %d/%d: %d steps in %.2f s, %.2f s waiting for data", e + 1, spec.epochs, steps, wall, wait
+            "epoch %d/%d: %d steps in %.2f s, %.2f s waiting for data",
+            e + 1,
+            spec.epochs,
+            data.plan.steps,
+            epoch["wall_sec"],
+            epoch["data_wait_sec"],
         )
     window.close(feed)
 
-    feed.source = _epochs_from(data, epoch_index)  # the census and profiled steps read on
+    # the census and profiled steps read on into the epochs after the measured ones
+    feed.source = _epochs_from(data, spec.warmup_epochs + spec.epochs)
     census, trace = after_window(strategy, feed, spec, device, log, rank, trace_path)
 
     samples = window.samples(step_losses, warmup_losses, census, trace, epochs=epochs, data=dict(data.info))
@@ -123,3 +88,64 @@ def epoch_loop(
         samples.losses[-1],
     )
     return samples
+
+
+def _warmup_epochs(
+    strategy: Strategy, data: EpochData, spec: RunSpec, feed: Feed, log: logging.Logger
+) -> list[float]:
+    """The unmeasured epochs first; their losses (warm-up is not timed: waiting here costs nothing)."""
+    losses: list[float] = []
+    steps = data.plan.steps
+    for e in range(spec.warmup_epochs):
+        feed.source = data.epoch(e)
+        started = time.perf_counter()
+        for _ in range(steps):
+            loss = _backward(strategy, feed, spec.grad_accum)
+            strategy.optimizer_step()
+            losses.append(float(loss))
+        log.info(
+            "warm-up epoch %d/%d: %d steps in %.1f s, loss %.4f",
+            e + 1,
+            spec.warmup_epochs,
+            steps,
+            time.perf_counter() - started,
+            losses[-1],
+        )
+    return losses
+
+
+def _measured_epoch(
+    strategy: Strategy,
+    feed: Feed,
+    window: Window,
+    step_losses: list[torch.Tensor],
+    spec: RunSpec,
+    e: int,
+    steps: int,
+    rank: int,
+    log: logging.Logger,
+) -> dict[str, Any]:
+    """One measured epoch: each step timed, the wait for its batches apart, the wall clock around."""
+    accum = spec.grad_accum
+    _sync(feed.device)
+    started = time.perf_counter()
+    wait = 0.0
+    for i in range(steps):
+        if e == 0 and i == 0:
+            maybe_inject(spec, rank)
+        wait += feed.prefetch(accum)
+        window.clock.begin()
+        loss = _backward(strategy, feed, accum)
+        strategy.optimizer_step()
+        window.clock.end()
+        step_losses.append(loss)
+        log.debug("epoch %d step %d/%d", e + 1, i + 1, steps)  # the launcher's heartbeat
+    _sync(feed.device)
+    # the epoch's compute time comes from the step times, combined over ranks (results/build.py)
+    return {
+        "epoch": e + 1,
+        "steps": steps,
+        "samples_per_rank": steps * accum * spec.per_device_batch,
+        "wall_sec": time.perf_counter() - started,
+        "data_wait_sec": wait,
+    }

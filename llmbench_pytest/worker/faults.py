@@ -14,10 +14,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..spec import RunSpec
+if TYPE_CHECKING:
+    from ..config.spec import RunSpec
 
 ENV = "LLMBENCH_INJECT_FAULT"
 KINDS = ("oom", "error", "hang", "exit", "kill")

@@ -10,22 +10,25 @@ NVML samples the GPU in a background thread for the length of the window.
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..spec import RunSpec
 from .faults import maybe_inject
 from .memory import PeakMemory, census_bytes
 from .monitor import GpuMonitor
 from .profiling import profile_steps
-from .strategies import Strategy
 from .timing import StepClock
+
+if TYPE_CHECKING:
+    import logging
+    from collections.abc import Iterable, Iterator
+    from pathlib import Path
+
+    from ..config.spec import RunSpec
+    from .strategies import Strategy
 
 
 def extra_steps(spec: RunSpec) -> int:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from ..ranks import rank_env
-from ..results import write_json_atomic
-from ..spec import RunSpec
+from ..config.ranks import rank_env
+from ..config.spec import RunSpec
+from ..results.storage import write_json_atomic
 from . import dist
 from .progress import ProgressFile, progress_path
 from .run import run_benchmark

@@ -10,30 +10,20 @@ encoder-decoder (seq2seq.py).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from ..flops import FlopsModel
-from ..presets import ModelPreset
-from ..spec import RunSpec
+from ..analysis.flops import FlopsModel
+from .built import BuiltModel
 from .seq2seq import build_seq2seq
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-@dataclass
-class BuiltModel:
-    module: nn.Module
-    loss: Callable[[nn.Module, torch.Tensor], torch.Tensor]
-    """(wrapped module, input ids) -> scalar loss; the wrapped module may be DDP/FSDP/DeepSpeed."""
-    vocab_size: int
-    flops: FlopsModel
-    block_classes: tuple[type[nn.Module], ...]
-    """The repeated transformer block, the unit FSDP shards and checkpointing recomputes."""
-    hidden_size: int
-    summary: dict[str, Any] = field(default_factory=dict)
+    from ..config.presets import ModelPreset
+    from ..config.spec import RunSpec
 
 
 def _config(preset: ModelPreset) -> Any:

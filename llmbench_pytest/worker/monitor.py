@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from ..config.nvml import close_nvml, open_nvml
+
 # NVML clock-event reason bits (nvml.h, nvmlClocksEventReason*)
 REASONS = {
     0x1: "gpu_idle",
@@ -37,11 +39,11 @@ THROTTLING = {
 }
 
 
-def _handle(pynvml: Any, device: torch.device) -> Any:
+def _handle(nvml: Any, device: torch.device) -> Any:
     """The NVML handle of this torch device, matched by PCI bus id (CUDA_VISIBLE_DEVICES-proof)."""
     props = torch.cuda.get_device_properties(device)
     bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-    return pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+    return nvml.nvmlDeviceGetHandleByPciBusId(bus)
 
 
 class GpuMonitor:
@@ -60,12 +62,10 @@ class GpuMonitor:
             self.error = "no GPU"
             return
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._nvml, self._h = pynvml, _handle(pynvml, self.device)
-        except Exception as exc:  # ImportError, NVMLError: the run goes on without it
-            self.error = f"NVML unavailable ({type(exc).__name__}: {exc}); pip install nvidia-ml-py"
+            self._nvml = open_nvml()
+            self._h = _handle(self._nvml, self.device)
+        except Exception as exc:  # NvmlUnavailable, NVMLError: the run goes on without it
+            self.error = f"NVML unavailable ({exc})"
             return
         self._thread = threading.Thread(target=self._run, name="llmbench-nvml", daemon=True)
         self._thread.start()
@@ -102,10 +102,7 @@ class GpuMonitor:
             self._stop.set()
             self._thread.join(timeout=5)
         if self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception:
-                pass
+            close_nvml(self._nvml)
         if not self.samples:
             return None
         s = self.samples

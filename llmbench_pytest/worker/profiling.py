@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from ..trace_analysis import TraceSummary, summarize
+from ..analysis.trace import TraceSummary, summarize
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def profile_steps(

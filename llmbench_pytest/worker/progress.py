@@ -8,9 +8,13 @@ limit; the message says where the rank was when it went quiet.
 from __future__ import annotations
 
 import logging
-import os
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..results.storage import write_text_atomic
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _MIN_INTERVAL_S = 1.0
 
@@ -27,9 +31,8 @@ class ProgressFile(logging.Handler):
         self._write("started")
 
     def _write(self, message: str) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(message[:500])
-        os.replace(tmp, self.path)  # the launcher never reads half a message
+        # the launcher never reads half a message; a heartbeat need not survive a power cut
+        write_text_atomic(self.path, message[:500], durable=False)
         self._last = time.monotonic()
 
     def emit(self, record: logging.LogRecord) -> None:

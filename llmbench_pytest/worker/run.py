@@ -9,17 +9,14 @@ the session moves on with the memory released.
 
 from __future__ import annotations
 
-import logging
 import time
 import traceback
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..measurement import Measurement
-from ..presets import resolve_model
-from ..spec import RunSpec
+from ..config.presets import resolve_model
+from ..results.measurement import Measurement
 from . import env_info
 from .data import rank_batches
 from .dist import DistContext, all_gather_object, max_over_ranks, mean_over_ranks
@@ -30,6 +27,12 @@ from .models import build_model
 from .probes import h2d_link_gbps
 from .seq2seq_data import make_epoch_data
 from .strategies import make_strategy
+
+if TYPE_CHECKING:
+    import logging
+    from pathlib import Path
+
+    from ..config.spec import RunSpec
 
 
 def classify(exc: BaseException) -> str:

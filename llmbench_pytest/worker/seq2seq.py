@@ -22,16 +22,19 @@ attention products of three attention blocks per position: encoder self, decoder
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..flops import FlopsModel
-from ..presets import ENCDEC_CONFIG_KEYS, ModelPreset
-from ..spec import RunSpec
+from ..analysis.flops import FlopsModel
+from ..config.presets import ENCDEC_CONFIG_KEYS, ModelPreset
+from .built import BuiltModel
+
+if TYPE_CHECKING:
+    from ..config.spec import RunSpec
 
 
 class Attention(nn.Module):
@@ -176,9 +179,7 @@ def matmul_params(module: EncoderDecoder) -> int:
     return sum(p.numel() for p in module.parameters()) - lookups
 
 
-def build_seq2seq(spec: RunSpec, preset: ModelPreset, device: torch.device) -> Any:
-    from .models import BuiltModel
-
+def build_seq2seq(spec: RunSpec, preset: ModelPreset, device: torch.device) -> BuiltModel:
     torch.manual_seed(spec.seed)  # same weights on every rank
     with device:
         module = build_module(preset.config)

@@ -18,22 +18,25 @@ import dataclasses
 import glob
 import itertools
 import json
-import logging
 import os
 import shutil
 import socket
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
-from .. import datasets
-from ..spec import RunSpec
+from ..config import datasets
 from .data import synthetic_batch
 from .dist import DistContext, all_gather_object
+
+if TYPE_CHECKING:
+    import logging
+    from collections.abc import Iterator
+
+    from ..config.spec import RunSpec
 
 CHUNK = 256
 """Samples generated per call: the dataset's bytes do not depend on how it is read or written."""

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from ...spec import RunSpec
+from typing import TYPE_CHECKING
+
 from .base import Strategy
+
+if TYPE_CHECKING:
+    from ...config.spec import RunSpec
 
 
 def make_strategy(spec: RunSpec) -> Strategy:

@@ -8,13 +8,14 @@ knows nothing else about it.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from ...spec import RunSpec
-from ..dist import DistContext
-from ..models import BuiltModel
+if TYPE_CHECKING:
+    from ...config.spec import RunSpec
+    from ..built import BuiltModel
+    from ..dist import DistContext
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from ...spec import RunSpec
-from ..dist import DistContext
-from ..models import BuiltModel
 from .base import autocast, compile_blocks, make_optimizer, optimizer_kind
+
+if TYPE_CHECKING:
+    from ...config.spec import RunSpec
+    from ..built import BuiltModel
+    from ..dist import DistContext
 
 
 class DDPStrategy:

@@ -12,14 +12,16 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from ...spec import RunSpec
-from ..dist import DistContext
-from ..models import BuiltModel
 from .base import compile_blocks, make_optimizer
+
+if TYPE_CHECKING:
+    import torch
+
+    from ...config.spec import RunSpec
+    from ..built import BuiltModel
+    from ..dist import DistContext
 
 # DeepSpeed's op builder parses TORCH_CUDA_ARCH_LIST entries as integers and so rejects the
 # arch-specific suffixes PyTorch accepts ("9.0a" for Hopper: DeepSpeed issue 7589). Its kernels

@@ -7,17 +7,19 @@ only gradients and optimizer state stay sharded (ZeRO-2-like, the old SHARD_GRAD
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-from ...spec import RunSpec
-from ..dist import DistContext
-from ..models import BuiltModel
 from .base import AMP_DTYPES, compile_blocks, make_optimizer, optimizer_kind
+
+if TYPE_CHECKING:
+    from ...config.spec import RunSpec
+    from ..built import BuiltModel
+    from ..dist import DistContext
 
 
 class FSDPStrategy:

@@ -10,6 +10,7 @@ import functools
 import os
 from dataclasses import dataclass
 
+from .nvml import nvml_session, text
 from .spec import SpecError
 
 
@@ -43,34 +44,24 @@ def _from_nvml() -> Hardware | None:
     if visible is not None and not all(v.strip().isdigit() for v in visible.split(",") if v.strip()):
         return None
     try:
-        import pynvml
-    except ImportError:
+        with nvml_session() as nvml:
+            indices = list(range(nvml.nvmlDeviceGetCount()))
+            if visible is not None:
+                indices = [int(v) for v in visible.split(",") if v.strip()]
+                if not indices:
+                    return None
+            handle = nvml.nvmlDeviceGetHandleByIndex(indices[0])
+            major, _ = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+            return Hardware(
+                device="cuda",
+                gpu_name=text(nvml.nvmlDeviceGetName(handle)),
+                gpu_count=len(indices),
+                device_gib=nvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
+                bf16=major >= 8,
+                cpu_cores=_cpu_cores(),
+            )
+    except Exception:  # NvmlUnavailable, or an NVML query this driver does not answer
         return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        indices = list(range(pynvml.nvmlDeviceGetCount()))
-        if visible is not None:
-            indices = [int(v) for v in visible.split(",") if v.strip()]
-            if not indices:
-                return None
-        handle = pynvml.nvmlDeviceGetHandleByIndex(indices[0])
-        name = pynvml.nvmlDeviceGetName(handle)
-        major, _ = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-        return Hardware(
-            device="cuda",
-            gpu_name=name.decode() if isinstance(name, bytes) else str(name),
-            gpu_count=len(indices),
-            device_gib=pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
-            bf16=major >= 8,
-            cpu_cores=_cpu_cores(),
-        )
-    except Exception:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
 
 
 @functools.cache

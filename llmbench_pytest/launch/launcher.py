@@ -19,11 +19,14 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .measurement import Measurement
-from .spec import RunSpec
+from ..results.measurement import Measurement
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..config.spec import RunSpec
 
 MEASUREMENT_FILE = "measurement.json"  # worker/main.py writes it; kept in step by tests
 JOB_FILE = "job.json"

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .checks import peer_key
-from .hardware import Hardware, detect
-from .options import SessionOptions
-from .ranks import RankEnv
+from ..checks import peer_key
+from ..config.hardware import Hardware, detect
 
 if TYPE_CHECKING:
-    from .worker.dist import DistContext
+    from ..config.options import SessionOptions
+    from ..config.ranks import RankEnv
+    from ..worker.dist import DistContext
 
 
 class LlmbenchSession:
@@ -51,7 +51,7 @@ class LlmbenchSession:
     def dist(self) -> DistContext:
         """The session's process group (torchrun's job, or a one-rank group), made once."""
         if self._ctx is None:
-            from .worker import dist
+            from ..worker import dist
 
             self._ctx = dist.init(self.env, self.hardware().device, self.options.timeout)
         return self._ctx
@@ -64,7 +64,7 @@ class LlmbenchSession:
         """Leave together: torchrun kills the other ranks as soon as one exits with an error,
         so no rank may exit before rank 0 has saved and printed everything."""
         if self._ctx is not None:
-            from .worker import dist
+            from ..worker import dist
 
             if not self.interrupted:  # an interrupted peer may never arrive
                 dist.barrier(self._ctx)
@@ -83,7 +83,7 @@ class LlmbenchSession:
         """GPU model, driver and library versions for pytest-benchmark's machine_info."""
         import torch
 
-        from .worker import env_info
+        from ..worker import env_info
 
         device = torch.device("cuda" if self.hardware().device == "cuda" else "cpu")
         info = env_info.collect(device, str(self.config.rootpath))

@@ -12,17 +12,18 @@ The exchange runs over the session's gloo control group, which outlives a broken
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .session import LlmbenchSession
+if TYPE_CHECKING:
+    from .state import LlmbenchSession
 
 _MAX_TEXT = 3000
 
 
 def check_collection(session: LlmbenchSession, nodeids: list[str]) -> None:
-    from .worker.dist import all_gather_object
+    from ..worker.dist import all_gather_object
 
     digest = hashlib.sha256("\n".join(nodeids).encode()).hexdigest()
     everyone = all_gather_object(session.dist(), (digest, len(nodeids), nodeids[:3]))
@@ -45,7 +46,7 @@ def _text(report: pytest.TestReport) -> str:
 
 def agree(session: LlmbenchSession, report: pytest.TestReport) -> None:
     """Make this rank's report carry the outcome every rank agrees on."""
-    from .worker.dist import all_gather_object
+    from ..worker.dist import all_gather_object
 
     mine = (report.outcome, _text(report))
     everyone: list[Any] = all_gather_object(session.dist(), mine)

@@ -14,29 +14,28 @@ from __future__ import annotations
 
 import logging
 import shlex
-import statistics
 import sys
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import batch_search, checks, recording
-from .datasets import with_epoch_steps
-from .launcher import Launch, run_group
-from .measurement import Measurement
-from .presets import tiers
-from .results import (
-    RunPaths,
-    RunResult,
-    build_result,
-    claim_run_paths,
-    now_iso,
-    placeholder,
-    write_json_atomic,
-)
-from .session import LlmbenchSession
-from .spec import RunSpec
+from .. import checks
+from ..analysis.stats import mean_of, spread_of
+from ..config.datasets import with_epoch_steps
+from ..config.presets import tiers
+from ..launch import batch_search
+from ..launch.launcher import Launch, run_group
+from ..results.build import build_result, now_iso, placeholder
+from ..results.schema import RunResult
+from ..results.storage import RunPaths, claim_run_paths, write_json_atomic
+from . import recording
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ..config.spec import RunSpec
+    from ..results.measurement import Measurement
+    from .state import LlmbenchSession
 
 log = logging.getLogger("llmbench")
 TRIAL_STEPS = 3
@@ -84,7 +83,7 @@ class LlmbenchFixture:
                 return run_group(spec, launch, self.session.options.timeout, from_rootdir)
             finally:
                 meta["launch"] = launch.timings
-        from .worker.run import run_benchmark
+        from ..worker.run import run_benchmark
 
         handler = None
         if paths is not None:
@@ -262,15 +261,15 @@ def summarize_repeats(runs: list[RunResult]) -> dict[str, Any]:
     """Mean and spread of a configuration's repeats (seed 001's node-to-node consistency)."""
     rates = [r["tokens_per_sec"] for r in runs]
     steps = [r["mean_step_time_sec"] for r in runs]
-    mean = statistics.fmean(rates)
+    mean = mean_of(rates) or 0.0
     return {
         "count": len(runs),
         "tokens_per_sec": rates,
         "tokens_per_sec_mean": mean,
-        "tokens_per_sec_std": statistics.stdev(rates) if len(rates) > 1 else 0.0,
+        "tokens_per_sec_std": spread_of(rates) or 0.0,
         "mean_step_time_sec": steps,
-        "mean_step_time_sec_mean": statistics.fmean(steps),
-        "mean_step_time_sec_std": statistics.stdev(steps) if len(steps) > 1 else 0.0,
+        "mean_step_time_sec_mean": mean_of(steps),
+        "mean_step_time_sec_std": spread_of(steps) or 0.0,
         "max_deviation": max(abs(r - mean) for r in rates) / mean,
         "results": [_path(r) for r in runs],
     }

@@ -10,10 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .presets import model_names, tiers
 from .spec import (
@@ -27,6 +26,9 @@ from .spec import (
     offload_variants,
     parse_strategy,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def _positive_int(raw: Any) -> int:
@@ -164,9 +166,20 @@ def _text(raw: Any) -> str:
 
 
 def _gate_bounds(raw: Any) -> dict[str, str]:
-    from .session_end import parse_gate_bounds
-
-    return parse_gate_bounds(raw)
+    """'tokens=3%,step_time=5%,memory=10%' -> {'tokens': '3%', ...}; values are checked by the gate."""
+    names = {"tokens", "step_time", "memory", "noise"}
+    out = {}
+    for item in str(raw).replace(" ", "").split(","):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or key not in names or not value:
+            raise SpecError(
+                f"expected name=value pairs such as tokens=5%,step_time=5%,memory=5%,noise=1 "
+                f"(names: {', '.join(sorted(names))}); got {item!r}"
+            )
+        out[key] = value
+    return out
 
 
 def _path(raw: Any) -> str:

@@ -11,13 +11,23 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .datasets import check_data_dir, with_epoch_steps
-from .hardware import Hardware
-from .options import SessionOptions
-from .presets import ENCDEC_CONFIG_KEYS, default_model, model_names, resolve_model, tier_for_memory, tiers
-from .spec import DEFAULT_STRATEGIES, RunSpec, SpecError, parse_strategy
+from ..config.datasets import check_data_dir, with_epoch_steps
+from ..config.presets import (
+    ENCDEC_CONFIG_KEYS,
+    ModelPreset,
+    default_model,
+    model_names,
+    resolve_model,
+    tier_for_memory,
+    tiers,
+)
+from ..config.spec import DEFAULT_STRATEGIES, RunSpec, SpecError, parse_strategy
+
+if TYPE_CHECKING:
+    from ..config.hardware import Hardware
+    from ..config.options import SessionOptions
 
 CPU_STEPS, CPU_WARMUP = 10, 2
 GPU_STEPS, GPU_WARMUP = 30, 5
@@ -145,6 +155,16 @@ def build_matrix(
         # `pytest benchmarks/ --llmbench-model=llama-1b`: the decoder benchmarks run it, this one
         # skips with the reason
         return [MatrixEntry(f"{opts.workload}-{preset.name}", None, mismatch, wrong_model=True)]
+    seq_lens = _checked_inputs(opts, preset)
+    common = _common_fields(opts, hw, model, tier)
+    entries = []
+    for name in opts.strategies:
+        entries += _strategy_entries(opts, hw, sizes, launched, name, preset, seq_lens, common)
+    return entries
+
+
+def _checked_inputs(opts: SessionOptions, preset: ModelPreset) -> tuple[int, ...]:
+    """Refuse what cannot run before anything does; the sequence lengths to run."""
     if preset.architecture == "encdec":
         check_encdec_config(preset.name, preset.config)
     if opts.workload == "seq2seq" and opts.data_dir is not None:
@@ -163,13 +183,18 @@ def build_matrix(
             f"--llmbench-nvme-path {opts.nvme_path!r} is not a directory: create it "
             f"(mkdir -p {opts.nvme_path}) or point it at a directory on an NVMe drive."
         )
+    return seq_lens
+
+
+def _common_fields(opts: SessionOptions, hw: Hardware, model: str, tier: str) -> dict[str, Any]:
+    """The RunSpec fields every configuration of this benchmark shares."""
     cuda = hw.device == "cuda"
     dtype = (
         opts.dtype if opts.dtype != "auto" else ("bf16" if cuda and hw.bf16 else "fp16" if cuda else "fp32")
     )
     if opts.dtype == "auto" and cuda and opts.workload == "seq2seq":
         dtype = "fp16"  # seed 003 benchmarks its encoder-decoder under fp16 autocast by default
-    common: dict[str, Any] = {
+    return {
         "model": model,
         "grad_accum": opts.grad_accum,
         "steps": opts.steps or (GPU_STEPS if cuda else CPU_STEPS),
@@ -194,60 +219,79 @@ def build_matrix(
         "warmup_epochs": opts.warmup_epochs,
         "shard_mb": opts.shard_mb,
     }
+
+
+def _strategy_entries(
+    opts: SessionOptions,
+    hw: Hardware,
+    sizes: list[int],
+    launched: bool,
+    name: str,
+    preset: ModelPreset,
+    seq_lens: tuple[int, ...],
+    common: dict[str, Any],
+) -> list[MatrixEntry]:
+    """One strategy's configurations: each world size, sequence length and data source."""
+    info, offload = parse_strategy(name)
+    # other workloads make their batches in memory: for them the option selects, so a
+    # session of disk runs only (--llmbench-data=disk) skips them with the reason
+    sources = opts.data if opts.workload == "seq2seq" else ("memory",)
+    off_source = None
+    if opts.workload != "seq2seq" and "memory" not in opts.data:
+        off_source = (
+            f"the {opts.workload} workload trains from memory; --llmbench-data={','.join(opts.data)} "
+            "selects the encoder-decoder's disk runs"
+        )
+    entries = []
+    for world_size, seq, source in ((w, q, d) for w in sizes for q in seq_lens for d in sources):
+        test_id = f"{name}-ws{world_size}-seq{seq}-{preset.name}"
+        if opts.workload == "seq2seq":
+            test_id += f"-{source}"
+        skip = (_too_big(world_size, hw) if launched else None) or off_source
+        if skip:
+            entries.append(MatrixEntry(test_id, None, skip))
+            continue
+        if offload == "nvme" and not opts.nvme_path:
+            reason = f"{name} needs a directory on NVMe: pass --llmbench-nvme-path=DIR"
+            entries.append(MatrixEntry(test_id, None, reason))
+            continue
+        base = {
+            **common,
+            "strategy": info.name,
+            "offload": offload,
+            "seq_len": seq,
+            "per_device_batch": opts.batch or preset.batch,
+            "world_size": world_size,
+            "data": source,
+            "nvme_path": opts.nvme_path if offload == "nvme" else None,
+        }
+        entries += _variant_entries(opts, hw, test_id, base, offload)
+    return entries
+
+
+def _variant_entries(
+    opts: SessionOptions, hw: Hardware, test_id: str, base: dict[str, Any], offload: str
+) -> list[MatrixEntry]:
+    """The configuration itself, or seed 001's diagnostic variants of it."""
     named = opts.strategies != DEFAULT_STRATEGIES
     entries = []
-    for name in opts.strategies:
-        info, offload = parse_strategy(name)
-        # other workloads make their batches in memory: for them the option selects, so a
-        # session of disk runs only (--llmbench-data=disk) skips them with the reason
-        sources = opts.data if opts.workload == "seq2seq" else ("memory",)
-        off_source = None
-        if opts.workload != "seq2seq" and "memory" not in opts.data:
-            off_source = (
-                f"the {opts.workload} workload trains from memory; --llmbench-data={','.join(opts.data)} "
-                "selects the encoder-decoder's disk runs"
-            )
-        for world_size, seq, source in ((w, q, d) for w in sizes for q in seq_lens for d in sources):
-            test_id = f"{name}-ws{world_size}-seq{seq}-{preset.name}"
-            if opts.workload == "seq2seq":
-                test_id += f"-{source}"
-            skip = (_too_big(world_size, hw) if launched else None) or off_source
-            if skip:
-                entries.append(MatrixEntry(test_id, None, skip))
-                continue
-            if offload == "nvme" and not opts.nvme_path:
-                reason = f"{name} needs a directory on NVMe: pass --llmbench-nvme-path=DIR"
-                entries.append(MatrixEntry(test_id, None, reason))
-                continue
-            base = {
-                **common,
-                "strategy": info.name,
-                "offload": offload,
-                "seq_len": seq,
-                "per_device_batch": opts.batch or preset.batch,
-                "world_size": world_size,
-                "data": source,
-                "nvme_path": opts.nvme_path if offload == "nvme" else None,
-            }
-            variants = diagnostic_variants(base) if opts.diagnostic else [("", base)]
-            for variant, kwargs in variants:
-                variant_id = f"{test_id}-{variant}" if variant else test_id
-                if variant == "lora_rank" and kwargs["workload"] != "lora":
-                    entries.append(
-                        MatrixEntry(variant_id, None, f"no LoRA rank in the {opts.workload} workload")
-                    )
-                    continue
-                unavailable = optimizer_unavailable(kwargs["optimizer"], offload, hw)
-                if unavailable:
-                    entries.append(MatrixEntry(variant_id, None, unavailable))
-                    continue
-                try:
-                    spec = RunSpec(**kwargs)
-                except SpecError as exc:
-                    if named and not variant:
-                        raise  # the user named this strategy: refuse the combination
-                    entries.append(MatrixEntry(variant_id, None, str(exc)))  # skip it, with the reason
-                    continue
-                # outside the try: a dataset too small for one step is the user's to fix
-                entries.append(MatrixEntry(variant_id, with_epoch_steps(spec)))
+    variants = diagnostic_variants(base) if opts.diagnostic else [("", base)]
+    for variant, kwargs in variants:
+        variant_id = f"{test_id}-{variant}" if variant else test_id
+        if variant == "lora_rank" and kwargs["workload"] != "lora":
+            entries.append(MatrixEntry(variant_id, None, f"no LoRA rank in the {opts.workload} workload"))
+            continue
+        unavailable = optimizer_unavailable(kwargs["optimizer"], offload, hw)
+        if unavailable:
+            entries.append(MatrixEntry(variant_id, None, unavailable))
+            continue
+        try:
+            spec = RunSpec(**kwargs)
+        except SpecError as exc:
+            if named and not variant:
+                raise  # the user named this strategy: refuse the combination
+            entries.append(MatrixEntry(variant_id, None, str(exc)))  # skip it, with the reason
+            continue
+        # outside the try: a dataset too small for one step is the user's to fix
+        entries.append(MatrixEntry(variant_id, with_epoch_steps(spec)))
     return entries

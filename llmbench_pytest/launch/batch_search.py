@@ -11,9 +11,11 @@ a failure. The fastest batch is the fitting trial with the highest tokens/s.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class SearchAborted(RuntimeError):

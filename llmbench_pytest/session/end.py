@@ -6,30 +6,12 @@ compare command cannot fail; this gate also fails on tokens/s and memory, and al
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import pytest
+if TYPE_CHECKING:
+    import pytest
 
-from .session import LlmbenchSession
-
-
-def parse_gate_bounds(raw: Any) -> dict[str, str]:
-    """'tokens=3%,step_time=5%,memory=10%' -> {'tokens': '3%', ...}; values are checked by the gate."""
-    from .spec import SpecError
-
-    names = {"tokens", "step_time", "memory", "noise"}
-    out = {}
-    for item in str(raw).replace(" ", "").split(","):
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or key not in names or not value:
-            raise SpecError(
-                f"expected name=value pairs such as tokens=5%,step_time=5%,memory=5%,noise=1 "
-                f"(names: {', '.join(sorted(names))}); got {item!r}"
-            )
-        out[key] = value
-    return out
+    from .state import LlmbenchSession
 
 
 def _storage(config: pytest.Config) -> Path:
@@ -40,7 +22,7 @@ def _storage(config: pytest.Config) -> Path:
 
 def write_session_report(session: LlmbenchSession) -> list[str]:
     """Lines for the terminal: the summary table and where the report went."""
-    from .report import ReportError, write_report
+    from ..report import ReportError, write_report
 
     try:
         files = write_report(session.results_dir, only=session.result_paths)
@@ -57,7 +39,7 @@ def run_session_gate(session: LlmbenchSession, config: pytest.Config) -> tuple[i
     """Gate this session's results against a saved pytest-benchmark run. Returns (exit code, lines)."""
     import json
 
-    from .report import (
+    from ..report import (
         GateBounds,
         ReportError,
         load_records,
