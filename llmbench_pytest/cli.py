@@ -66,13 +66,14 @@ def _gate(args: argparse.Namespace) -> int:
 
     if not args.baseline and not args.history:
         raise ReportError("nothing to compare with: pass --baseline B, --history DIR, or both")
+    alpha = parse_alpha(args.alpha, "--alpha")
     bounds = GateBounds(
         tokens_drop=parse_bound(args.max_tokens_drop, "--max-tokens-drop"),
         step_time_rise=parse_bound(args.max_step_time_rise, "--max-step-time-rise"),
         memory_rise=parse_bound(args.max_memory_rise, "--max-memory-rise"),
-        alpha=parse_alpha(args.alpha, "--alpha"),
+        alpha=alpha,
         fail_inconclusive=args.fail_inconclusive,
-        history=parse_history(args.history_window, "--history-window") if args.history else 0,
+        history=parse_history(args.history_window, "--history-window", alpha) if args.history else 0,
         strict=args.strict,
     )
     baseline, current, history = load_inputs(args.baseline, args.current, args.history)
@@ -202,7 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="also search the last K runs of each configuration in DIR for a change of level",
     )
     gate.add_argument(
-        "--history-window", default="20", metavar="K", help="earlier runs --history looks at (20; 5 or more)"
+        "--history-window",
+        default="20",
+        metavar="K",
+        help="earlier runs --history looks at (20; at alpha 0.01, 9 or more)",
     )
     gate.add_argument("--noise-factor", type=_noise_factor, help=argparse.SUPPRESS)
     gate.add_argument(

@@ -74,7 +74,8 @@ def test_unchanged_run_passes(baseline: Path, tmp_path: Path) -> None:
         f"llmbench gate: baseline {baseline} (NVIDIA H100 80GB HBM3)",
         "bounds: tokens/s -5.0%, step time +5.0%, peak memory +5.0%; a regression must also be significant "
         "at alpha 0.01 (95% intervals); inconclusive changes reported, not failed",
-        "methods: runs as the unit where a side has 2+ runs*; one run a side: block bootstrap*",
+        "methods: runs as the unit where a side has 2+ runs*; one run a side: t-test against the run-to-run "
+        "spread of earlier runs (--history), else a block bootstrap*",
         "configuration * metric * baseline * current * change * 95% interval * p * verdict * method",
         # the same step times on both sides: no change, and the bootstrap p-value near 1
         f"{CFG} *tokens/s *1,024 *1,024 *+0.0% *-0.* .. +0.* 0.9* ok *block bootstrap, 20 vs 20 steps*",
@@ -100,7 +101,8 @@ def test_slower_run_fails_listing_baseline_current_and_change(baseline: Path, tm
         "* peak memory * ok *",
         "zero3 ws2 * ok *",
         "2 configuration(s) compared one run against one: their intervals hold the noise between steps, "
-        "not between runs. Repeat the runs (--llmbench-repeat=3) on both sides for intervals that do.",
+        "not between runs. Repeat the runs (--llmbench-repeat=3) on both sides, or pass a history of "
+        "earlier runs, for intervals that do.",
         "gate: FAILED: 2 regression(s) in 1 of 2 configuration(s); 0 inconclusive",
     )
 
@@ -230,7 +232,7 @@ def test_bounds_can_be_set(baseline: Path, tmp_path: Path) -> None:
         (
             ["--history", ".", "--history-window", "3"],
             "llmbench gate: error: --history-window: 3 earlier runs are too few for the change-point test "
-            "(it needs 5 or more); write 5 or more, or 0 for no history",
+            "at alpha 0.01 (it needs 9 or more); write 9 or more, or 0 for no history",
         ),
     ],
     ids=["bare-5", "not-a-number", "noise-factor-is-gone", "alpha", "history-window"],

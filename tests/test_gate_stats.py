@@ -31,10 +31,11 @@ from llmbench_pytest.analysis.significance import (
     compare_steps,
     decide,
     repeats_to_settle,
+    run_spread,
 )
 from llmbench_pytest.report import ReportError
 from llmbench_pytest.report.gate import GateBounds, gate_session, run_gate
-from llmbench_pytest.report.gate_settings import check_gate_baseline, parse_gate_bounds
+from llmbench_pytest.report.gate_settings import check_gate_baseline, min_history, parse_gate_bounds
 from llmbench_pytest.report.records import records_from_results
 
 CFG = "zero2 ws2 seq128 llama-tiny b2x1 bf16"
@@ -255,7 +256,7 @@ def test_gate_history_flags_a_drift_that_each_comparison_passes(tmp_path: Path) 
 def test_gate_history_alone_from_results_folders_passes_a_steady_configuration(tmp_path: Path) -> None:
     hist = tmp_path / "history"
     rng = random.Random(8)
-    for i in range(8):
+    for i in range(10):
         doc = run("zero2", 0.50 * math.exp(rng.gauss(0, 0.01)), 40.0, seed=i)
         doc["metadata"] = {**doc.get("metadata", {}), "started_at": f"2026-11-{i + 1:02d}T00:00:00"}
         write_run(hist / f"night-{i}", doc)
@@ -274,11 +275,11 @@ def test_gate_history_alone_from_results_folders_passes_a_steady_configuration(t
 def test_gate_session_gates_against_the_saved_run_and_the_storage_history(tmp_path: Path) -> None:
     """What --llmbench-gate calls at session end: result files, the saved run resolved at start."""
     storage = tmp_path / ".benchmarks"
-    saved_runs(storage / "Linux", [0.50] * 6, data=True)
+    saved_runs(storage / "Linux", [0.50] * 10, data=True)
     cur = write_run(tmp_path / "results", run("zero2", 0.60, 40.0, seed=40))
     baseline = check_gate_baseline("latest", storage)
-    assert baseline.name == "0006_c006_2026.json"
-    code, lines = gate_session([cur], baseline, parse_gate_bounds("history=5"), storage)
+    assert baseline.name == "0010_c010_2026.json"
+    code, lines = gate_session([cur], baseline, parse_gate_bounds("history=9"), storage)
     assert code == 1
     assert lines[0] == f"baseline: {baseline}"
     assert_lines(lines[1], f"  REGRESSION {CFG}: tokens/s 1,024 -> 853 (-16.7%, 95% interval *", "History (*")
@@ -315,8 +316,8 @@ def test_gate_bounds_parse_into_settings() -> None:
         ),
         (
             "history=3",
-            "history: 3 earlier runs are too few for the change-point test (it needs 5 or more); "
-            "write 5 or more, or 0 for no history",
+            "history: 3 earlier runs are too few for the change-point test at alpha 0.01 (it needs 9 or "
+            "more); write 9 or more, or 0 for no history",
         ),
         ("inconclusive=maybe", "inconclusive: 'maybe' is neither fail nor pass; write inconclusive=fail"),
         (
@@ -351,3 +352,40 @@ def test_gate_baseline_that_matches_no_saved_run_is_refused_before_anything_trai
         ReportError, match=r"0003_other.json: a pytest-benchmark file with no llmbench benchmark"
     ):
         check_gate_baseline("3", storage)
+
+
+def test_history_needs_more_runs_the_smaller_alpha_is() -> None:
+    # the permutation test's smallest p-value with n runs is 2 / C(n, n // 2)
+    assert [min_history(a) for a in (0.1, 0.05, 0.01, 0.001)] == [6, 7, 9, 13]
+    assert parse_gate_bounds("alpha=0.05,history=7").history == 7
+    with pytest.raises(ReportError, match=r"history: 7 earlier runs are too few .* at alpha 0.01"):
+        parse_gate_bounds("history=7")
+
+
+def test_run_spread_of_earlier_runs_ignores_a_step_and_a_drift() -> None:
+    rng = random.Random(6)
+    noise = [math.exp(rng.gauss(0, 0.01)) for _ in range(20)]
+    flat = run_spread(noise).sd_log
+    assert 0.005 < flat < 0.02
+    stepped = [x * (1.3 if i >= 10 else 1) for i, x in enumerate(noise)]
+    drifting = [1.02**i * x for i, x in enumerate(noise)]
+    for series in (stepped, drifting):
+        # the plain standard deviation takes the step or the drift for noise, 5 to 10 times over
+        assert float(np.std(np.log(series), ddof=1)) > 5 * flat
+        assert run_spread(series).sd_log < 1.5 * flat
+
+
+def test_one_run_a_side_is_tested_against_the_spread_of_the_history(tmp_path: Path) -> None:
+    store = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
+    rng = random.Random(9)
+    saved_runs(store, [0.50 * math.exp(rng.gauss(0, 0.01)) for _ in range(10)])
+    cur = write_runs(tmp_path / "current", run("zero2", 0.56, 40.0, seed=77))
+    args = ["gate", "--baseline", tmp_path / ".benchmarks", "--current", cur]
+    proc = llmbench(*args, "--history", tmp_path / ".benchmarks")
+    assert proc.returncode == 1, proc.stdout
+    # the runs' 1% spread, measured across ten sessions: +13% is far outside it
+    assert_lines(
+        proc.stdout,
+        f"  REGRESSION {CFG}: step time * (+1*%, 95% interval +*, p<0.001; bound +5.0%; "
+        "t, 1 vs 1 run (spread of 10 earlier runs))",
+    )

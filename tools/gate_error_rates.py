@@ -41,6 +41,7 @@ from llmbench_pytest.analysis.significance import INCONCLUSIVE, REGRESSION
 from llmbench_pytest.report.collect import load_results
 from llmbench_pytest.report.gate import GateBounds, run_gate
 from llmbench_pytest.report.gate_history import History, Point
+from llmbench_pytest.report.gate_settings import MIN_SPREAD_RUNS, min_history
 from llmbench_pytest.report.records import merge_repeats, record_from_result, records_from_results
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,26 +135,56 @@ def gate_pair(base: list[Doc], cur: list[Doc], bounds: GateBounds, tally: Tally)
         tally.add(ch.metric, ch.verdict)
 
 
+def earlier_runs(sessions: list[dict[tuple[Any, ...], list[Doc]]], key: tuple[Any, ...], k: int) -> History:
+    """Repeat k of each given session as one earlier run: the history a CI with one run a day keeps."""
+    points = [
+        Point(f"session-{i:02d}", record_from_result(s[key][k], ""))
+        for i, s in enumerate(sessions, start=1)
+        if key in s and len(s[key]) > k
+    ]
+    return History(Path("sessions"), {points[0].record.key: points} if points else {})
+
+
+def session_pairs(n: int, every: bool) -> list[tuple[int, int]]:
+    """Disjoint pairs of consecutive sessions (0-1, 2-3, ...: independent comparisons), or with
+    `every` each session against each later one (more comparisons from few sessions, not independent)."""
+    if every:
+        return [(i, j) for i in range(n) for j in range(i + 1, n)]
+    return [(i, i + 1) for i in range(0, n - 1, 2)]
+
+
 def pairs(
-    sessions: list[dict[tuple[Any, ...], list[Doc]]], bounds: GateBounds, transform: Callable[[Doc], Doc]
-) -> tuple[Tally, Tally]:
-    """(all repeats a side, one run a side) tallies over disjoint pairs of consecutive sessions."""
-    repeats, single = Tally(), Tally()
-    for a, b in zip(sessions[0::2], sessions[1::2], strict=False):
+    sessions: list[dict[tuple[Any, ...], list[Doc]]],
+    bounds: GateBounds,
+    transform: Callable[[Doc], Doc],
+    every: bool = False,
+) -> tuple[Tally, Tally, Tally]:
+    """Tallies over pairs of sessions: all repeats a side; one run a side (block bootstrap); one run
+    a side against the spread of the sessions before the pair (where MIN_SPREAD_RUNS came
+    before it)."""
+    repeats, single, spread = Tally(), Tally(), Tally()
+    for i, j in session_pairs(len(sessions), every):
+        a, b = sessions[i], sessions[j]
         for key in a.keys() & b.keys():
             base, cur = a[key], [transform(d) for d in b[key]]
             gate_pair(base, cur, bounds, repeats)
-            for x, y in zip(base, cur, strict=False):
+            for k, (x, y) in enumerate(zip(base, cur, strict=False)):
                 gate_pair([x], [y], bounds, single)
-    return repeats, single
+                if i >= MIN_SPREAD_RUNS:
+                    hist = earlier_runs(sessions[:i], key, k)
+                    result = run_gate(records_from_results([x]), records_from_results([y]), bounds, hist)
+                    for ch in result.changes:
+                        spread.add(ch.metric, ch.verdict)
+    return repeats, single, spread
 
 
 def history_rates(
     sessions: list[dict[tuple[Any, ...], list[Doc]]], bounds: GateBounds, drift: float
 ) -> Tally:
-    """Each session from the 6th as the current run against up to bounds.history before it."""
+    """Each session as the current run against up to bounds.history before it, from the first
+    with enough sessions before it for the change-point test."""
     tally = Tally()
-    for t in range(6, len(sessions) + 1):
+    for t in range(min_history(bounds.alpha) + 1, len(sessions) + 1):
         for key, docs in sessions[t - 1].items():
             points = []
             for i, sess in enumerate(sessions[: t - 1], start=1):
@@ -167,24 +198,29 @@ def history_rates(
     return tally
 
 
-def analyse(root: Path, alpha: float, slowdown: float, drift: float, window: int) -> None:
+def analyse(root: Path, alpha: float, slowdown: float, drift: float, window: int, every: bool) -> None:
     sessions = sessions_of(root)
     counts = sorted({len(v) for s in sessions for v in s.values()})
     print(f"{root}: {len(sessions)} sessions, runs per configuration per session: {counts}")
     bounds = GateBounds(alpha=alpha, history=window)
     print(bounds.describe())
-    same = pairs(sessions, bounds, dict)
-    slower = pairs(sessions, bounds, lambda d: scaled(d, 1 + slowdown))
+    print(
+        f"pairs of sessions: {'every session against each later one' if every else 'disjoint, consecutive'}"
+    )
+    same = pairs(sessions, bounds, dict, every)
+    slower = pairs(sessions, bounds, lambda d: scaled(d, 1 + slowdown), every)
     print(f"A/A (false alarms; alpha {alpha:g}):")
     print("\n".join(same[0].lines(f"{counts[-1]} runs a side") + same[1].lines("1 run a side")))
+    print("\n".join(same[2].lines("1 run, history")))
     print(f"power against a simulated {slowdown:.0%} slowdown (REGRESSION verdicts):")
     print("\n".join(slower[0].lines(f"{counts[-1]} runs a side") + slower[1].lines("1 run a side")))
+    print("\n".join(slower[2].lines("1 run, history")))
     print(f"history over up to {window} earlier sessions, as measured (false alarms):")
     print("\n".join(history_rates(sessions, bounds, 0.0).lines("history A/A")))
     print(f"history with a simulated drift of {drift:.0%} a session (flagged):")
     print("\n".join(history_rates(sessions, bounds, drift).lines("history drift")))
     print(f"one session against the previous one under that drift (flagged, {drift:.0%} < the bound):")
-    drifting = pairs(sessions, bounds, lambda d: scaled(d, 1 + drift))
+    drifting = pairs(sessions, bounds, lambda d: scaled(d, 1 + drift), every)
     print("\n".join(drifting[0].lines(f"{counts[-1]} runs a side")))
 
 
@@ -205,11 +241,12 @@ def main() -> None:
     ana.add_argument("--slowdown", type=float, default=0.10)
     ana.add_argument("--drift", type=float, default=0.03)
     ana.add_argument("--window", type=int, default=20)
+    ana.add_argument("--every-pair", action="store_true", help="each session against each later one")
     args = parser.parse_args()
     if args.command == "collect":
         collect(args.out, args.sessions, args.repeat, args.steps, args.seq_lens)
     else:
-        analyse(args.root, args.alpha, args.slowdown, args.drift, args.window)
+        analyse(args.root, args.alpha, args.slowdown, args.drift, args.window, args.every_pair)
 
 
 if __name__ == "__main__":

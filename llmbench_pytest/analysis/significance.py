@@ -17,7 +17,12 @@ What a side has decides the method:
   4 degrees of freedom against Welch's 2 to 4 are the difference between catching a 10%
   slowdown and not); Welch's t when the counts differ; one run against N repeats: the t
   interval for one more run from the N (run-to-run spread from the side that measured it).
-- **steps** (one run a side): a circular block bootstrap of each side's mean step time (Politis
+- **history spread** (one run a side, and earlier runs of the configuration): the two runs'
+  log difference against the run-to-run spread measured across those earlier runs (robustly:
+  successive differences, so a step or a slow drift in them does not count as spread), a t-test
+  with that spread. Earlier runs from separate sessions hold the noise between sessions, which
+  nothing inside one run or one session can measure.
+- **steps** (one run a side, no history): a circular block bootstrap of each side's mean step time (Politis
   and Romano 1992), blocks as long as Politis and White's automatic rule picks (2004; corrected
   by Patton, Politis and White 2009), because consecutive steps are correlated (a slow phase of
   the host lasts several steps) and an iid bootstrap or a t-test on steps is then far too sure.
@@ -45,7 +50,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 OK, IMPROVED, INCONCLUSIVE, REGRESSION = "ok", "improved", "inconclusive", "REGRESSION"
-REPEATS, STEPS, EXACT, BOUND_ONLY = "repeats", "steps", "exact", "bound only"
+REPEATS, HISTORY, STEPS, EXACT, BOUND_ONLY = "repeats", "history spread", "steps", "exact", "bound only"
 
 MIN_STEPS = 8
 """Fewer measured steps than this on a side: no bootstrap (its interval would be a guess)."""
@@ -179,6 +184,47 @@ def compare_runs(base: RunSummary, cur: RunSummary, confidence: float = 0.95) ->
     return _t_estimate(base, cur, d, se, df, f"Welch t, {what}", confidence)
 
 
+@dataclass(frozen=True)
+class RunSpread:
+    """Run-to-run spread of one configuration's metric, measured across its earlier runs."""
+
+    sd_log: float
+    """Standard deviation of one run's log value around the level of its time."""
+    runs: int
+    """How many earlier runs it was measured from."""
+
+
+def run_spread(values: Sequence[float]) -> RunSpread:
+    """The spread of single runs from a series of them, oldest first: the median absolute
+    deviation of successive log differences (each difference holds two runs' noise, hence the
+    sqrt 2), centred on their median so that a slow drift is not counted, and robust to one step."""
+    y = np.log(np.asarray(values, dtype=float))
+    if len(y) < 3:
+        raise ValueError(f"a run-to-run spread needs at least 3 runs; got {len(y)}")
+    d = np.diff(y)
+    mad = float(np.median(np.abs(d - np.median(d))))
+    return RunSpread(1.4826 * mad / math.sqrt(2), len(y))
+
+
+def compare_with_spread(base: float, cur: float, spread: RunSpread, confidence: float = 0.95) -> Estimate:
+    """One run a side against the spread of earlier runs (t with runs - 2 degrees of freedom: the
+    median of differences costs one more than a mean would)."""
+    what = f"t, 1 vs 1 run (spread of {spread.runs} earlier runs)"
+    if spread.sd_log <= _EPS:
+        return exact(base, cur, f"exact, {spread.runs} earlier runs all alike", confidence)
+    one = RunSummary(1, 0.0, spread.sd_log)
+    est = _t_estimate(
+        RunSummary(1, math.log(base), 0.0),
+        RunSummary(1, math.log(cur), 0.0),
+        math.log(cur / base),
+        spread.sd_log * math.sqrt(2),
+        max(1, spread.runs - 2),
+        what,
+        confidence,
+    )
+    return replace(est, kind=HISTORY, run_sd=(one.sd_log, one.sd_log))
+
+
 def exact(base: float, cur: float, method: str, confidence: float = 0.95) -> Estimate:
     """Both sides without spread: the change is known exactly."""
     ratio = cur / base
@@ -308,7 +354,7 @@ def repeats_to_settle(
     """How many runs a side would turn an inconclusive change into a verdict, if the change and
     the per-run spread stayed as measured (Student t with n runs a side); None when no count up to
     `most` does, or nothing measured a spread."""
-    if est.run_sd is None or est.kind not in (REPEATS, STEPS):
+    if est.run_sd is None or est.kind not in (REPEATS, HISTORY, STEPS):
         return None
     var = est.run_sd[0] ** 2 + est.run_sd[1] ** 2
     if var <= 0:

@@ -38,17 +38,26 @@ from ..analysis.significance import (
     OK,
     REGRESSION,
     Estimate,
+    RunSpread,
     RunSummary,
     bound_only,
     compare_runs,
     compare_steps,
+    compare_with_spread,
     decide,
     repeats_to_settle,
 )
 from .collect import ReportError, find_result_files
 from .gate_history import History, judge_history, load_history
 from .gate_result import MOST_REPEATS, Change, GateResult
-from .gate_settings import DEFAULT_HISTORY, MIN_HISTORY, GateBounds, parse_bound, parse_gate_bounds
+from .gate_settings import (
+    DEFAULT_HISTORY,
+    MIN_SPREAD_RUNS,
+    GateBounds,
+    min_history,
+    parse_bound,
+    parse_gate_bounds,
+)
 from .records import Record, RecordKey, RecordSet, load_records, records_from_results
 
 __all__ = [
@@ -91,12 +100,15 @@ def _runs(values: tuple[float, ...], single: float, summarised: Record | None = 
     return RunSummary.of([single])
 
 
-def time_estimate(b: Record, c: Record) -> Estimate:
-    """Step time: runs as the unit where a side has 2+, else the two runs' per-step times."""
+def time_estimate(b: Record, c: Record, spread: RunSpread | None = None) -> Estimate:
+    """Step time: runs as the unit where a side has 2+; one run a side against the run-to-run
+    spread of earlier runs where a history gave one; else the two runs' per-step times."""
     assert b.step_time and c.step_time
     rb, rc = _runs(b.run_step_times, b.step_time, b), _runs(c.run_step_times, c.step_time, c)
     if rb.n > 1 or rc.n > 1:
         return compare_runs(rb, rc, CONFIDENCE)
+    if spread is not None:
+        return compare_with_spread(b.step_time, c.step_time, spread, CONFIDENCE)
     if min(len(b.step_samples), len(c.step_samples)) >= MIN_STEPS:
         return compare_steps(b.step_samples, c.step_samples, CONFIDENCE)
     kept = f"{len(b.step_samples)} and {len(c.step_samples)} step times kept, {MIN_STEPS} needed"
@@ -105,19 +117,23 @@ def time_estimate(b: Record, c: Record) -> Estimate:
     return bound_only(b.step_time, c.step_time, f"one run a side, {kept}", CONFIDENCE)
 
 
-def memory_estimate(b: Record, c: Record) -> Estimate:
-    """Peak memory: one number a run, so only repeats give a sample to test."""
+def memory_estimate(b: Record, c: Record, spread: RunSpread | None = None) -> Estimate:
+    """Peak memory: one number a run, so only repeats (or earlier runs) give a spread to test with."""
     assert b.peak_memory_gb and c.peak_memory_gb
     rb, rc = _runs(b.run_peaks, b.peak_memory_gb), _runs(c.run_peaks, c.peak_memory_gb)
     if rb.n > 1 or rc.n > 1:
         return compare_runs(rb, rc, CONFIDENCE)
+    if spread is not None:
+        return compare_with_spread(b.peak_memory_gb, c.peak_memory_gb, spread, CONFIDENCE)
     return bound_only(b.peak_memory_gb, c.peak_memory_gb, "one peak a side, no sample to test", CONFIDENCE)
 
 
 def compare_records(
-    key: RecordKey, b: Record, c: Record, bounds: GateBounds
+    key: RecordKey, b: Record, c: Record, bounds: GateBounds, spreads: dict[str, RunSpread] | None = None
 ) -> tuple[list[Change], list[str]]:
-    """The changes of one configuration, and notes on what could not be compared."""
+    """The changes of one configuration, and notes on what could not be compared; `spreads` (per
+    metric, from the history) test one run against one."""
+    spreads = spreads or {}
     if b.ok and not c.ok:
         return [Change(key, "status", "ok", c.status, None, None, REGRESSION)], []
     if not b.ok:
@@ -126,7 +142,7 @@ def compare_records(
     notes: list[str] = []
     a = bounds.alpha
     if b.step_time and c.step_time:
-        est = time_estimate(b, c)
+        est = time_estimate(b, c, spreads.get("step time"))
         if b.tokens_per_sec and c.tokens_per_sec:
             # tokens/s is tokens per step / step time: the same test, the interval turned over;
             # tokens per step is the baseline's on both sides (one configuration)
@@ -138,7 +154,16 @@ def compare_records(
         if b.memory_kind != c.memory_kind:
             notes.append(f"{key.label()}: peak memory not compared ({b.memory_kind} vs {c.memory_kind})")
         else:
-            out.append(_judge(key, "peak memory", memory_estimate(b, c), bounds.memory_rise, True, a))
+            out.append(
+                _judge(
+                    key,
+                    "peak memory",
+                    memory_estimate(b, c, spreads.get("peak memory")),
+                    bounds.memory_rise,
+                    True,
+                    a,
+                )
+            )
     else:
         notes.append(NO_MEMORY)
     return out, notes
@@ -169,7 +194,9 @@ def _check_sources(result: GateResult, baseline: RecordSet | None, current: Reco
             )
 
 
-def _compare(result: GateResult, baseline: RecordSet, current: RecordSet, bounds: GateBounds) -> None:
+def _compare(
+    result: GateResult, baseline: RecordSet, current: RecordSet, bounds: GateBounds, history: History | None
+) -> None:
     mismatch = _hardware_warning(baseline, current)
     if mismatch:
         if bounds.strict:
@@ -191,7 +218,8 @@ def _compare(result: GateResult, baseline: RecordSet, current: RecordSet, bounds
         return
     no_memory = 0
     for key in common:
-        changes, notes = compare_records(key, b_map[key], c_map[key], bounds)
+        spreads = history.spreads(key, c_map[key], bounds.history, MIN_SPREAD_RUNS) if history else None
+        changes, notes = compare_records(key, b_map[key], c_map[key], bounds, spreads)
         result.changes += changes
         no_memory += notes.count(NO_MEMORY)
         result.notes += [n for n in notes if n != NO_MEMORY]
@@ -211,7 +239,9 @@ def _look_back(result: GateResult, current: RecordSet, history: History, bounds:
     for key, rec in current.by_key().items():
         earlier = history.series(key, rec.hardware, bounds.history)
         if rec.ok and earlier:
-            result.history += judge_history(key, rec, earlier, limits, bounds.alpha, MIN_HISTORY)
+            result.history += judge_history(
+                key, rec, earlier, limits, bounds.alpha, min_history(bounds.alpha)
+            )
 
 
 def run_gate(
@@ -231,7 +261,7 @@ def run_gate(
         result.errors.append("nothing to compare with: pass a baseline, a history, or both")
         return result
     if baseline is not None:
-        _compare(result, baseline, current, bounds)
+        _compare(result, baseline, current, bounds, history)
         if result.errors:
             return result
     if history is not None:

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..analysis.significance import IMPROVED, OK, REGRESSION, ChangePoint, change_point
+from ..analysis.significance import IMPROVED, OK, REGRESSION, ChangePoint, RunSpread, change_point, run_spread
 from . import fmt
 from .collect import ReportError, Run, find_result_files, load_results
 from .records import Record, RecordKey, merge_repeats, record_from_result, records_from_saved_run, saved_runs
@@ -55,6 +55,16 @@ class History:
         """The newest `last` runs of key on that hardware (a baseline from another GPU is no history)."""
         same = [p for p in self.runs.get(key, []) if p.record.hardware == hardware and p.record.ok]
         return same[-last:]
+
+    def spreads(self, key: RecordKey, current: Record, last: int, least: int) -> dict[str, RunSpread]:
+        """Run-to-run spread of step time and peak memory over the newest `last` earlier runs of key
+        (at least `least` of them), for the gate's one-run-a-side comparisons."""
+        out = {}
+        for metric in ("step time", "peak memory"):
+            values = _values(self.series(key, current.hardware, last), current, metric)
+            if len(values) >= least:
+                out[metric] = run_spread(values)
+        return out
 
 
 def _from_storage(folder: Path, exclude: set[str]) -> History:
@@ -174,6 +184,19 @@ def _metric(rec: Record, metric: str) -> float | None:
     return rec.step_time if metric == "step time" else rec.peak_memory_gb
 
 
+def _points(earlier: list[Point], current: Record, metric: str) -> list[tuple[str, float]]:
+    """(label, value) of the earlier runs that measured the metric as the current run does."""
+    pts = [(p.label, _metric(p.record, metric), p.record.memory_kind) for p in earlier]
+    # host RSS against GPU memory is no series
+    return [
+        (lab, v) for lab, v, kind in pts if v and (metric != "peak memory" or kind == current.memory_kind)
+    ]
+
+
+def _values(earlier: list[Point], current: Record, metric: str) -> list[float]:
+    return [v for _, v in _points(earlier, current, metric)]
+
+
 def judge_history(
     key: RecordKey,
     current: Record,
@@ -185,12 +208,7 @@ def judge_history(
     """The history verdict of each metric; `bounds` maps a metric to (bound, higher_is_worse)."""
     out = []
     for metric in METRICS:
-        pts = [(p.label, _metric(p.record, metric)) for p in earlier]
-        if metric == "peak memory":
-            # host RSS against GPU memory is no series
-            kinds = [p.record.memory_kind for p in earlier]
-            pts = [pt for pt, kind in zip(pts, kinds, strict=True) if kind == current.memory_kind]
-        pts = [(lab, v) for lab, v in pts if v]
+        pts = _points(earlier, current, metric)
         now = _metric(current, metric)
         if not now:
             continue

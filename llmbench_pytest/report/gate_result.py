@@ -14,7 +14,7 @@ from tabulate import tabulate
 from ..analysis.significance import IMPROVED, INCONCLUSIVE, REGRESSION, STEPS, Estimate
 from . import fmt
 from .gate_history import HistoryFinding
-from .gate_settings import MIN_HISTORY, GateBounds
+from .gate_settings import GateBounds, min_history
 from .records import RecordKey, RecordSet
 from .table import colalign
 
@@ -22,7 +22,8 @@ MOST_REPEATS = 100
 """The most runs a side the gate suggests; a change that needs more sits on its bound."""
 METHODS = (
     "methods: runs as the unit where a side has 2+ runs (t-test on the log of each run's mean); one run "
-    "a side: block bootstrap of its per-step times (step-to-step noise only); one peak a side: bound only"
+    "a side: t-test against the run-to-run spread of earlier runs (--history), else a block bootstrap "
+    "of its per-step times (step-to-step noise only); one peak a side without history: bound only"
 )
 
 
@@ -198,7 +199,11 @@ class GateResult:
             few = sum(1 for h in quiet if h.found is None)
             lines.append(
                 f"  no change past a bound in {len(quiet) - few} series"
-                + (f"; {few} with too few runs (need {MIN_HISTORY} earlier)" if few else "")
+                + (
+                    f"; {few} with too few runs (need {min_history(self.bounds.alpha)} earlier)"
+                    if few
+                    else ""
+                )
             )
         return lines
 
@@ -235,8 +240,8 @@ class GateResult:
         if single:
             lines.append(
                 f"{single} configuration(s) compared one run against one: their intervals hold the noise "
-                "between steps, not between runs. Repeat the runs (--llmbench-repeat=3) on both sides for "
-                "intervals that do."
+                "between steps, not between runs. Repeat the runs (--llmbench-repeat=3) on both sides, or "
+                "pass a history of earlier runs, for intervals that do."
             )
         lines += self._history_lines()
         if self.missing:

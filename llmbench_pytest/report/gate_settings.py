@@ -19,9 +19,20 @@ from .records import load_records, resolve_saved_run
 
 DEFAULT_HISTORY = 20
 """Earlier runs per configuration `llmbench gate --history` looks at unless told otherwise."""
-MIN_HISTORY = 5
-"""Earlier runs the history check needs: with fewer, no shuffle of the runs is rare enough for a
-p-value under 0.01 (5 earlier runs and the current one: 720 orders)."""
+MIN_SPREAD_RUNS = 5
+"""Earlier runs of a configuration from which a run-to-run spread is measured (one run a side)."""
+
+
+def min_history(alpha: float) -> int:
+    """The fewest earlier runs with which the history's change-point test can reach p < alpha.
+
+    Its statistic depends only on which runs fall before the split, so the k! (n - k)! orders that
+    keep those sets tie with the observed one, and so does the mirror split: the smallest p-value
+    of n runs is 2 / C(n, n // 2). At alpha 0.01 that takes 10 runs: 9 earlier and the current."""
+    n = 4
+    while 2 / math.comb(n, n // 2) >= alpha:
+        n += 1
+    return n - 1
 
 
 def parse_bound(text: str, option: str) -> float:
@@ -62,7 +73,7 @@ def parse_alpha(text: str, option: str) -> float:
     return value
 
 
-def parse_history(text: str, option: str) -> int:
+def parse_history(text: str, option: str, alpha: float = 0.01) -> int:
     """How many earlier runs of each configuration the history check looks at (0: none)."""
     try:
         value = int(str(text).strip())
@@ -70,10 +81,11 @@ def parse_history(text: str, option: str) -> int:
         raise ReportError(
             f"{option}: {text!r} is not a whole number; write 20, or 0 for no history"
         ) from None
-    if value < 0 or 0 < value < MIN_HISTORY:
+    least = min_history(alpha)
+    if value < 0 or 0 < value < least:
         raise ReportError(
-            f"{option}: {value} earlier runs are too few for the change-point test (it needs "
-            f"{MIN_HISTORY} or more); write {MIN_HISTORY} or more, or 0 for no history"
+            f"{option}: {value} earlier runs are too few for the change-point test at alpha {alpha:g} (it "
+            f"needs {least} or more); write {least} or more, or 0 for no history"
         )
     return value
 
@@ -116,6 +128,7 @@ def parse_gate_bounds(raw: object) -> GateBounds:
     """'tokens=3%,step_time=5%,memory=10%,alpha=0.01,history=20,inconclusive=fail' -> GateBounds.
     Names left out keep their defaults. Raises ReportError naming the item and the fix."""
     values: dict[str, object] = {}
+    history: str | None = None
     for item in str(raw).replace(" ", "").split(","):
         if not item:
             continue
@@ -139,11 +152,14 @@ def parse_gate_bounds(raw: object) -> GateBounds:
         elif key == "alpha":
             values["alpha"] = parse_alpha(value, key)
         elif key == "history":
-            values["history"] = parse_history(value, key)
+            history = value  # checked below, against whichever alpha the pairs set
         elif value in ("fail", "pass"):
             values["fail_inconclusive"] = value == "fail"
         else:
             raise ReportError(f"inconclusive: {value!r} is neither fail nor pass; write inconclusive=fail")
+    if history is not None:
+        alpha = float(values.get("alpha", 0.01))  # type: ignore[arg-type]
+        values["history"] = parse_history(history, "history", alpha)
     return GateBounds(**values)  # type: ignore[arg-type]
 
 
