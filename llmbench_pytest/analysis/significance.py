@@ -1,8 +1,10 @@
 """How sure the gate is: an interval and a p-value for a relative change, a verdict against a
 bound, and a change point in a configuration's history of runs.
 
-Pure functions over plain numbers (numpy; scipy.stats, for t quantiles, is imported where used).
-The gate (report/gate.py) decides what to feed them; nothing here reads a file.
+Pure functions over plain numbers. numpy (the resampling) and scipy.stats (t quantiles) are
+imported where used: the report package imports this module and stays standard library at import
+(tests/test_report.py holds it to that; `llmbench report` needs neither). The gate
+(report/gate.py) decides what to feed these functions; nothing here reads a file.
 
 Every comparison is on the log scale: a change is a ratio current / baseline, so its logarithm is
 a difference of means, intervals of ratios stay positive, and tokens/s (tokens per step / step
@@ -43,11 +45,15 @@ run-to-run noise, for no fewer false alarms.)
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 OK, IMPROVED, INCONCLUSIVE, REGRESSION = "ok", "improved", "inconclusive", "REGRESSION"
 REPEATS, HISTORY, STEPS, EXACT, BOUND_ONLY = "repeats", "history spread", "steps", "exact", "bound only"
@@ -74,9 +80,9 @@ class RunSummary:
 
     @classmethod
     def of(cls, values: Sequence[float]) -> RunSummary:
-        logs = np.log(np.asarray(values, dtype=float))
-        sd = float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
-        return cls(len(logs), float(np.mean(logs)), sd)
+        logs = [math.log(v) for v in values]
+        sd = statistics.stdev(logs) if len(logs) > 1 else 0.0
+        return cls(len(logs), statistics.fmean(logs), sd)
 
     @classmethod
     def from_moments(cls, n: int, mean: float, std: float) -> RunSummary:
@@ -198,11 +204,12 @@ def run_spread(values: Sequence[float]) -> RunSpread:
     """The spread of single runs from a series of them, oldest first: the median absolute
     deviation of successive log differences (each difference holds two runs' noise, hence the
     sqrt 2), centred on their median so that a slow drift is not counted, and robust to one step."""
-    y = np.log(np.asarray(values, dtype=float))
+    y = [math.log(v) for v in values]
     if len(y) < 3:
         raise ValueError(f"a run-to-run spread needs at least 3 runs; got {len(y)}")
-    d = np.diff(y)
-    mad = float(np.median(np.abs(d - np.median(d))))
+    d = [b - a for a, b in itertools.pairwise(y)]
+    mid = statistics.median(d)
+    mad = statistics.median(abs(x - mid) for x in d)
     return RunSpread(1.4826 * mad / math.sqrt(2), len(y))
 
 
@@ -240,6 +247,8 @@ def bound_only(base: float, cur: float, why: str, confidence: float = 0.95) -> E
 def block_length(x: Sequence[float]) -> int:
     """Politis and White's automatic block length for the circular block bootstrap of a mean
     (with Patton, Politis and White's 2009 correction), between 1 and n / 3."""
+    import numpy as np
+
     v = np.asarray(x, dtype=float)
     n = len(v)
     if n < 4:
@@ -279,6 +288,8 @@ def block_length(x: Sequence[float]) -> int:
 def bootstrap_means(x: Sequence[float], block: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
     """Means of circular block bootstrap resamples of x: round(n / block) blocks drawn with
     replacement from the n blocks that start at each step (wrapping around the end)."""
+    import numpy as np
+
     v = np.asarray(x, dtype=float)
     n = len(v)
     block = max(1, min(block, n))
@@ -298,6 +309,8 @@ def compare_steps(
 ) -> Estimate:
     """One run a side: the change of the mean step time from each run's per-step times, by a
     circular block bootstrap (block=None: each side's automatic length; block=1: iid)."""
+    import numpy as np
+
     rng = np.random.default_rng(SEED)
     lb = block or block_length(base)
     lc = block or block_length(cur)
@@ -402,6 +415,8 @@ class ChangePoint:
 
 def _split_statistics(y: np.ndarray, min_before: int) -> np.ndarray:
     """|mean after - mean before| / pooled standard error, for every split of every row of y."""
+    import numpy as np
+
     n = y.shape[1]
     cs, cs2 = np.cumsum(y, axis=1), np.cumsum(y * y, axis=1)
     total, total2 = cs[:, -1:], cs2[:, -1:]
@@ -425,6 +440,8 @@ def change_point(
     does with its energy statistic; with only the level to watch, t has more power). At least
     `min_before` runs before the split (one outlier among the oldest runs is not a change of the
     code now); the newest run alone may be the after side, a step that just happened."""
+    import numpy as np
+
     y = np.log(np.asarray(values, dtype=float))
     n = len(y)
     if n < min_before + 2:
