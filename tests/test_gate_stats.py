@@ -389,3 +389,20 @@ def test_one_run_a_side_is_tested_against_the_spread_of_the_history(tmp_path: Pa
         f"  REGRESSION {CFG}: step time * (+1*%, 95% interval +*, p<0.001; bound +5.0%; "
         "t, 1 vs 1 run (spread of 10 earlier runs))",
     )
+
+
+def test_a_repeats_summary_with_each_peak_tests_memory_with_runs_as_the_unit(tmp_path: Path) -> None:
+    """What a pytest-benchmark saved run of --llmbench-repeat=3 carries once the summary keeps peaks."""
+    summarised = run("zero2", 0.50, 40.0)
+    summarised["repeats"] = {
+        "count": 3,
+        "mean_step_time_sec": [0.50, 0.505, 0.495],
+        "mean_step_time_sec_mean": 0.50,
+        "mean_step_time_sec_std": 0.005,
+        "peak_memory_gb": [40.0, 40.1, 39.9],
+    }
+    cur = dict(summarised, repeats={**summarised["repeats"], "peak_memory_gb": [44.0, 44.1, 43.9]})
+    result = run_gate(records_from_results([summarised]), records_from_results([cur]))
+    (memory,) = [c for c in result.changes if c.metric == "peak memory"]
+    assert memory.estimate is not None and memory.estimate.method == "Student t, 3 vs 3 runs"
+    assert memory.verdict == REGRESSION

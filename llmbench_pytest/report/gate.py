@@ -5,8 +5,9 @@ runs, matched per configuration (model, strategy, world size, sequence length, b
 accumulation, precision, activation checkpointing, ...). Per configuration and metric the gate
 prints the relative change c = current / baseline - 1 with its 95% interval and a p-value
 (analysis/significance.py says how, by what each side has: runs as the unit where a side has two
-or more, a block bootstrap of the per-step times with one run a side, the bound alone with one
-number a side), then a verdict against the bound:
+or more; with one run a side, the run-to-run spread of the history where one is given, else a
+block bootstrap of the per-step times; the bound alone with one number a side), then a verdict
+against the bound:
 
     tokens/s      worse when c < -bound   (default bound 5%)
     step time     worse when c > +bound   (default 5%)

@@ -181,11 +181,14 @@ def _repeat_fields(summary: Any) -> dict[str, Any]:
         return {}
     runs = summary.get("mean_step_time_sec")
     per_run = tuple(float(x) for x in runs) if isinstance(runs, list) and len(runs) > 1 else ()
+    # each repeat's peak (GPU allocated, or host RSS on CPU), where the summary keeps them
+    peaks = _samples(summary.get("peak_memory_gb"))
     return {
         "repeats": int(summary["count"]),
         "repeat_step_time_cv": std / mean,
         "repeat_step_time_mean": float(mean),
         "run_step_times": per_run,
+        "run_peaks": peaks if len(peaks) > 1 else (),
     }
 
 
