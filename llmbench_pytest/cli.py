@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
+from .config.spec import SpecError
 from .report.collect import ReportError
 
 if TYPE_CHECKING:
@@ -63,17 +64,23 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from .report.gate import GateBounds, parse_bound, run_gate
-    from .report.records import load_records
+    from .config.gate_bounds import parse_alpha, parse_bound, parse_history
+    from .report.gate import GateBounds, load_inputs, run_gate
 
+    if not args.baseline and not args.history:
+        raise ReportError("nothing to compare with: pass --baseline B, --history DIR, or both")
+    alpha = parse_alpha(args.alpha, "--alpha")
     bounds = GateBounds(
         tokens_drop=parse_bound(args.max_tokens_drop, "--max-tokens-drop"),
         step_time_rise=parse_bound(args.max_step_time_rise, "--max-step-time-rise"),
         memory_rise=parse_bound(args.max_memory_rise, "--max-memory-rise"),
-        noise_factor=args.noise_factor,
+        alpha=alpha,
+        fail_inconclusive=args.fail_inconclusive,
+        history=parse_history(args.history_window, "--history-window", alpha) if args.history else 0,
         strict=args.strict,
     )
-    result = run_gate(load_records(args.baseline), load_records(args.current), bounds)
+    baseline, current, history = load_inputs(args.baseline, args.current, args.history)
+    result = run_gate(baseline, current, bounds, history)
     print(result.format())
     if args.output:
         Path(args.output).write_text(result.format() + "\n")
@@ -83,15 +90,11 @@ def _gate(args: argparse.Namespace) -> int:
 
 
 def _noise_factor(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a number; 1 allows the measured spread, 0 none"
-        ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more; got {text}")
-    return value
+    # gone, not silently ignored: a CI script that relied on it learns what replaced it
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: the noise allowance gave way to a significance test; drop --noise-factor "
+        "(--alpha sets the false-alarm rate, default 0.01)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -168,21 +171,28 @@ def _add_compare(sub: Any) -> None:
 def _add_gate(sub: Any) -> None:
     gate = sub.add_parser(
         "gate",
-        help="fail (exit 1) when the current run is slower or hungrier than the baseline",
+        help="fail (exit 1) when the current run is significantly slower or hungrier than the baseline",
         formatter_class=_DESCRIBED,
         description=(
-            "Compare CURRENT with BASELINE per configuration. A metric past its bound fails the gate\n"
-            "(exit 1) unless the change is within the measured run-to-run spread (repeats' spread where\n"
-            "a configuration was repeated, else the run's step-time CV), which is reported as\n"
-            "'within noise'. A configuration that finished in the baseline and fails now is a regression.\n"
+            "Compare CURRENT with BASELINE per configuration: tokens/s, step time and peak memory, each\n"
+            "with its change, 95% interval and p-value. Runs are the unit where a side has 2+ (t-test on\n"
+            "log means); with one run a side, a t-test against the run-to-run spread of --history, else a\n"
+            "block bootstrap of the per-step times; one peak a side is compared with the bound only.\n"
+            "REGRESSION (exit 1): p < alpha and the change past the bound. Inconclusive (the interval\n"
+            "reaches past the bound otherwise): reported with the runs a side that would settle it; exit 1\n"
+            "only with --fail-inconclusive. A configuration that finished in the baseline and fails now is\n"
+            "a regression.\n"
+            "--history DIR: the last K runs of each configuration in DIR (pytest-benchmark storage or a\n"
+            "results folder) are searched for a change of level (permutation test on the best split),\n"
+            "which catches a slow drift that passes every single comparison.\n"
             "BASELINE and CURRENT: a results folder, a result.json, a pytest-benchmark .json, or a\n"
             "pytest-benchmark storage folder such as .benchmarks/ (its newest saved run).\n"
             "Bounds are fractions or percentages: 0.05 or 5%.\n"
             "Exit: 0 passed, 1 regression, 2 could not compare (bad input; other GPU model with --strict)."
         ),
-        epilog="example: llmbench gate --baseline .benchmarks --current results/ --max-tokens-drop 3%",
+        epilog="example: llmbench gate --baseline .benchmarks --current results/ --history .benchmarks",
     )
-    gate.add_argument("--baseline", required=True, metavar="B", help="the reference run")
+    gate.add_argument("--baseline", metavar="B", help="the reference run (or leave out with --history)")
     gate.add_argument("--current", required=True, metavar="C", help="the run under test")
     gate.add_argument(
         "--max-tokens-drop", default="5%", metavar="PCT", help="largest allowed fall in tokens/s (5%%)"
@@ -197,12 +207,25 @@ def _add_gate(sub: Any) -> None:
         help="largest allowed rise in peak memory per rank (5%%)",
     )
     gate.add_argument(
-        "--noise-factor",
-        type=_noise_factor,
-        default=1.0,
-        metavar="K",
-        help="a change up to K x the measured spread counts as noise (1; 0 turns the allowance off)",
+        "--alpha", default="0.01", metavar="P", help="significance level of a regression (0.01)"
     )
+    gate.add_argument(
+        "--fail-inconclusive",
+        action="store_true",
+        help="an interval that reaches past a bound without a verdict fails the gate too",
+    )
+    gate.add_argument(
+        "--history",
+        metavar="DIR",
+        help="also search the last K runs of each configuration in DIR for a change of level",
+    )
+    gate.add_argument(
+        "--history-window",
+        default="20",
+        metavar="K",
+        help="earlier runs --history looks at (20; at alpha 0.01, 9 or more)",
+    )
+    gate.add_argument("--noise-factor", type=_noise_factor, help=argparse.SUPPRESS)
     gate.add_argument(
         "--strict", action="store_true", help="a baseline from another GPU model is an error, not a warning"
     )
@@ -218,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     try:
         return int(args.func(args))
-    except ReportError as exc:
+    except (ReportError, SpecError) as exc:
         print(f"llmbench {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     except BrokenPipeError:

@@ -104,6 +104,8 @@ def pytest_configure(config: pytest.Config) -> None:
     session.raw_settings = (ini, cli)
     if env.is_writer:
         _check_writable(session.results_dir)
+    if options.gate:
+        session.gate_baseline = _gate_baseline(config, options.gate)
     config.stash[SESSION_KEY] = session
     config.stash[_ERRORS_KEY] = {}
     config.stash[_WRONG_MODEL_KEY] = {}
@@ -133,6 +135,21 @@ def _check_writable(results_dir: Path) -> None:
             f"results directory {str(results_dir)!r} is not writable ({problem}): fix its permissions "
             "or pass --llmbench-results-dir=DIR."
         )
+
+
+def _gate_baseline(config: pytest.Config, ref: str) -> Path:
+    """Find the saved run --llmbench-gate names before anything trains (a typo must not cost a
+    GPU matrix), and before pytest-benchmark autosaves this session's run, which 'latest' would
+    otherwise name. Every rank checks, so every rank agrees under torchrun (the storage must be
+    visible on every node)."""
+    from .report import ReportError
+    from .report.gate_settings import check_gate_baseline
+    from .session.end import storage_path
+
+    try:
+        return check_gate_baseline(ref, storage_path(config))
+    except ReportError as exc:
+        raise pytest.UsageError(f"--llmbench-gate: {exc}") from None
 
 
 def _sigterm_interrupts(config: pytest.Config) -> None:

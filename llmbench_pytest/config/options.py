@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .gate_bounds import GateBounds, parse_gate_bounds
 from .presets import model_names, tiers
 from .spec import (
     DATA_SOURCES,
@@ -163,23 +164,6 @@ def _text(raw: Any) -> str:
     if not value:
         raise SpecError("needs a value")
     return value
-
-
-def _gate_bounds(raw: Any) -> dict[str, str]:
-    """'tokens=3%,step_time=5%,memory=10%' -> {'tokens': '3%', ...}; values are checked by the gate."""
-    names = {"tokens", "step_time", "memory", "noise"}
-    out = {}
-    for item in str(raw).replace(" ", "").split(","):
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or key not in names or not value:
-            raise SpecError(
-                f"expected name=value pairs such as tokens=5%,step_time=5%,memory=5%,noise=1 "
-                f"(names: {', '.join(sorted(names))}); got {item!r}"
-            )
-        out[key] = value
-    return out
 
 
 def _path(raw: Any) -> str:
@@ -335,16 +319,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "gate",
         "at the end of the session compare its runs with a saved pytest-benchmark run (a counter such "
-        "as 0001, 'latest', or a path) and fail the session on a regression in tokens/s, step time or "
-        "memory beyond the bounds and the measured noise.",
+        "as 0001, 'latest', or a path; found before anything trains) and fail the session on a "
+        "regression in tokens/s, step time or memory: significant at alpha and beyond the bound.",
         _text,
         "SAVED_RUN",
     ),
     Setting(
         "gate_bounds",
-        "bounds for --llmbench-gate, e.g. tokens=5%,step_time=5%,memory=5%,noise=1 (default: all 5%, "
-        "noise 1 x the measured spread).",
-        _gate_bounds,
+        "bounds for --llmbench-gate, e.g. tokens=5%,step_time=5%,memory=5%,alpha=0.01,history=20,"
+        "inconclusive=fail (default: all 5%, alpha 0.01, no history, inconclusive changes reported, "
+        "not failed).",
+        parse_gate_bounds,
         "BOUNDS",
     ),
     Setting(
@@ -469,7 +454,7 @@ class SessionOptions:
     max_repeat_spread: float = 0.05
     report: bool = False
     gate: str | None = None
-    gate_bounds: dict[str, str] | None = None
+    gate_bounds: GateBounds | None = None
     workload: str = "causal_lm"
     model_config: tuple[tuple[str, Any], ...] = ()
     optimizer: str = "adamw_torch"

@@ -8,7 +8,9 @@ The `llmbench` command (cli.py) and the pytest plugin use this API:
     load_records(path) -> RecordSet                              result.json files or pytest-benchmark JSON
     records_from_results(results) -> RecordSet                   result dicts already in memory
     resolve_saved_run(ref, storage) -> Path                      '0001' / 'latest' -> the saved run's file
-    run_gate(baseline, current, GateBounds()) -> GateResult      .regressions, .within_noise, .format()
+    run_gate(baseline, current, GateBounds()) -> GateResult      .regressions, .inconclusive,
+                                                                 .history_regressions, .format()
+    gate_session(result_paths, baseline, bounds, storage)        --llmbench-gate at a session's end
 
 Module roles: collect (read a results folder), configs (group runs), scaling, recommend,
 metrics_csv, table (console), markdown, plots, build (write_report), records (plain records for
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from .build import Report, ReportFiles, summary_text, write_report
 from .collect import ReportError
-from .gate import GateBounds, GateResult, parse_bound, run_gate
+from .gate import GateBounds, GateResult, gate_session, parse_bound, run_gate
 from .records import RecordSet, load_records, records_from_results, resolve_saved_run
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "Report",
     "ReportError",
     "ReportFiles",
+    "gate_session",
     "load_records",
     "parse_bound",
     "records_from_results",

@@ -8,8 +8,11 @@ Standard library only. A record set comes from
   times in seconds, `machine_info.llmbench` the GPU. A folder of those (`.benchmarks/`) means
   its newest saved run, as `--benchmark-compare` does.
 
-Repeated runs of one configuration (`-r2`, `-r3`, ...) merge into one record whose repeat spread
-is the measured run-to-run noise the gate allows for.
+Repeated runs of one configuration (`-r2`, `-r3`, ...) merge into one record that keeps each
+run's mean step time and peak: the gate tests with runs as the unit. A single run keeps its
+per-step times (result.json `step_times_sec`; a pytest-benchmark file has them in `stats.data`
+when saved with --benchmark-save-data, or in `extra_info.step_times_sec`) for the gate's block
+bootstrap.
 """
 
 from __future__ import annotations
@@ -80,6 +83,14 @@ class Record:
     """Standard deviation / mean of the repeats' mean step times (two or more repeats)."""
     repeat_memory_cv: float | None = None
     """Standard deviation / mean of the repeats' peak memory (two or more repeats)."""
+    repeat_step_time_mean: float | None = None
+    """Mean of the repeats' mean step times, where only a `repeats` summary gave the spread."""
+    run_step_times: tuple[float, ...] = ()
+    """Each finished run's mean step time, where two or more were merged (the gate's unit)."""
+    run_peaks: tuple[float, ...] = ()
+    """Each finished run's peak memory, where two or more were merged and all measured one."""
+    step_samples: tuple[float, ...] = ()
+    """The measured per-step times of a single run (seconds), where the source kept them."""
 
     @property
     def ok(self) -> bool:
@@ -161,14 +172,31 @@ def key_of(d: Mapping[str, Any]) -> RecordKey:
 
 
 def _repeat_fields(summary: Any) -> dict[str, Any]:
-    """Repeats measured inside one run (--llmbench-repeat writes a `repeats` summary: the mean and
-    std of the repeats' mean step times): the run-to-run spread without the other files."""
+    """Repeats measured inside one run (--llmbench-repeat writes a `repeats` summary: each repeat's
+    mean step time, their mean and std): the run-to-run spread without the other files."""
     if not isinstance(summary, Mapping) or (summary.get("count") or 1) < 2:
         return {}
     mean, std = summary.get("mean_step_time_sec_mean"), summary.get("mean_step_time_sec_std")
     if not mean or std is None:
         return {}
-    return {"repeats": int(summary["count"]), "repeat_step_time_cv": std / mean}
+    runs = summary.get("mean_step_time_sec")
+    per_run = tuple(float(x) for x in runs) if isinstance(runs, list) and len(runs) > 1 else ()
+    # each repeat's peak (GPU allocated, or host RSS on CPU), where the summary keeps them
+    peaks = _samples(summary.get("peak_memory_gb"))
+    return {
+        "repeats": int(summary["count"]),
+        "repeat_step_time_cv": std / mean,
+        "repeat_step_time_mean": float(mean),
+        "run_step_times": per_run,
+        "run_peaks": peaks if len(peaks) > 1 else (),
+    }
+
+
+def _samples(times: Any) -> tuple[float, ...]:
+    """Per-step times as saved, or () where there are none (or not all of them are numbers)."""
+    if not isinstance(times, list) or not all(isinstance(t, int | float) and t > 0 for t in times):
+        return ()
+    return tuple(float(t) for t in times)
 
 
 def record_from_result(d: Mapping[str, Any], source: str) -> Record:
@@ -190,6 +218,7 @@ def record_from_result(d: Mapping[str, Any], source: str) -> Record:
         device=device,
         gpu_name=d.get("gpu_name") or (d.get("metadata") or {}).get("gpu_name"),
         source=source,
+        step_samples=_samples(d.get("step_times_sec")) if ok else (),
         **_repeat_fields(d.get("repeats")),
     )
 
@@ -220,6 +249,7 @@ def merge_repeats(records: Iterable[Record]) -> list[Record]:
             return statistics.fmean(xs) if xs else None
 
         mems = [r.peak_memory_gb for r in ok if r.peak_memory_gb is not None]
+        steps = [r.step_time for r in ok if r.step_time is not None]
         first = ok[0]
         out.append(
             Record(
@@ -235,8 +265,11 @@ def merge_repeats(records: Iterable[Record]) -> list[Record]:
                 gpu_name=first.gpu_name,
                 source=f"{len(ok)} runs ({first.source}, ...)",
                 repeats=len(ok),
-                repeat_step_time_cv=_rel_spread([r.step_time for r in ok if r.step_time is not None]),
+                repeat_step_time_cv=_rel_spread(steps),
                 repeat_memory_cv=_rel_spread(mems),
+                run_step_times=tuple(steps) if len(steps) > 1 else (),
+                # a peak missing from one run would pair the others' peaks with the wrong runs' times
+                run_peaks=tuple(mems) if len(mems) == len(ok) > 1 else (),
             )
         )
     return out
@@ -277,6 +310,8 @@ def _benchmark_record(b: Mapping[str, Any], llm: Mapping[str, Any], source: str)
         device=device,
         gpu_name=llm.get("gpu_name"),
         source=f"{source}::{b.get('name')}",
+        # stats.data with --benchmark-save-data; with repeats it holds every repeat's steps
+        step_samples=_samples(stats.get("data")) or _samples(ei.get("step_times_sec")),
         **_repeat_fields(ei.get("repeats")),
     )
 
@@ -318,6 +353,17 @@ _COUNTER = re.compile(r"^(\d+)_")  # pytest-benchmark names saved runs NNNN_<nam
 def _counter(p: Path) -> int:
     m = _COUNTER.match(p.name)
     return int(m.group(1)) if m else -1
+
+
+def saved_runs(folder: Path) -> list[Path]:
+    """Every pytest-benchmark saved run under folder, oldest first (by counter, then mtime)."""
+    files = [p for p in folder.rglob("*.json") if _COUNTER.match(p.name)]
+    return sorted(files, key=lambda p: (_counter(p), p.stat().st_mtime, str(p)))
+
+
+def records_from_saved_run(path: Path) -> RecordSet:
+    """The records of one pytest-benchmark saved run (.json); ReportError when it has none."""
+    return _from_benchmark_json(path, _read_json(path))
 
 
 def newest_saved_run(folder: Path) -> tuple[Path, int] | None:

@@ -1,6 +1,7 @@
 """What rank 0 does when a session ends: the report (--llmbench-report) and the regression gate
 (--llmbench-gate). pytest-benchmark's own --benchmark-compare-fail only knows time, and its
-compare command cannot fail; this gate also fails on tokens/s and memory, and allows for noise.
+compare command cannot fail; this gate also fails on tokens/s and memory, and only on a change
+that is significant as well as beyond its bound (report/gate.py).
 """
 
 from __future__ import annotations
@@ -12,12 +13,6 @@ if TYPE_CHECKING:
     import pytest
 
     from .state import LlmbenchSession
-
-
-def _storage(config: pytest.Config) -> Path:
-    raw = str(config.getoption("benchmark_storage", None) or "file://./.benchmarks")
-    path = raw.removeprefix("file://")
-    return Path(config.invocation_params.dir, path)
 
 
 def write_session_report(session: LlmbenchSession) -> list[str]:
@@ -35,34 +30,18 @@ def write_session_report(session: LlmbenchSession) -> list[str]:
     return lines
 
 
+def storage_path(config: pytest.Config) -> Path:
+    """pytest-benchmark's storage folder (--benchmark-storage, default .benchmarks)."""
+    raw = str(config.getoption("benchmark_storage", None) or "file://./.benchmarks")
+    return Path(config.invocation_params.dir, raw.removeprefix("file://"))
+
+
 def run_session_gate(session: LlmbenchSession, config: pytest.Config) -> tuple[int, list[str]]:
-    """Gate this session's results against a saved pytest-benchmark run. Returns (exit code, lines)."""
-    import json
+    """Gate this session's results against the saved run found at session start (and, with
+    history=K in --llmbench-gate-bounds, against the last K saved runs). Returns (exit code, lines)."""
+    from ..report import gate_session
 
-    from ..report import (
-        GateBounds,
-        ReportError,
-        load_records,
-        parse_bound,
-        records_from_results,
-        resolve_saved_run,
-        run_gate,
+    assert session.gate_baseline is not None, "the plugin resolves --llmbench-gate at session start"
+    return gate_session(
+        session.result_paths, session.gate_baseline, session.options.gate_bounds, storage_path(config)
     )
-
-    opts = session.options
-    try:
-        bounds_raw = opts.gate_bounds or {}
-        bounds = GateBounds(
-            tokens_drop=parse_bound(bounds_raw.get("tokens", "5%"), "--llmbench-gate-bounds tokens"),
-            step_time_rise=parse_bound(bounds_raw.get("step_time", "5%"), "--llmbench-gate-bounds step_time"),
-            memory_rise=parse_bound(bounds_raw.get("memory", "5%"), "--llmbench-gate-bounds memory"),
-            noise_factor=float(bounds_raw.get("noise", "1")),
-        )
-        baseline_path = resolve_saved_run(str(opts.gate), _storage(config))
-        baseline = load_records(baseline_path)
-        results = [json.loads(Path(p).read_text()) for p in session.result_paths if Path(p).exists()]
-        current = records_from_results(results)
-        outcome = run_gate(baseline, current, bounds)
-    except (ReportError, ValueError) as exc:
-        return 2, [f"llmbench gate could not compare: {exc}"]
-    return outcome.exit_code, [f"baseline: {baseline_path}", outcome.format()]

@@ -271,5 +271,9 @@ def summarize_repeats(runs: list[RunResult]) -> dict[str, Any]:
         "mean_step_time_sec_mean": mean_of(steps),
         "mean_step_time_sec_std": spread_of(steps) or 0.0,
         "max_deviation": max(abs(r - mean) for r in rates) / mean,
+        # the gate tests memory over repeats too
+        "peak_memory_gb": [
+            r.get("peak_vram_gb") if r["device"] == "cuda" else r.get("peak_host_rss_gb") for r in runs
+        ],
         "results": [_path(r) for r in runs],
     }

@@ -39,6 +39,9 @@ EXTRA_KEYS = (
     "last_loss",
     "status",
     "repeats",
+    # one run a side: the gate bootstraps these per-step times (pytest-benchmark keeps its own
+    # copy only with --benchmark-save-data)
+    "step_times_sec",
 )
 
 

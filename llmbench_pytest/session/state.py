@@ -33,6 +33,8 @@ class LlmbenchSession:
         """(ini, command line) settings as given, for per-test merging with markers."""
         self.summary_lines: list[str] = []
         """Report and gate output for the terminal summary."""
+        self.gate_baseline: Path | None = None
+        """The saved run --llmbench-gate names, resolved at session start (plugin.py)."""
 
     @property
     def world_size(self) -> int:
