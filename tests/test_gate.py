@@ -303,9 +303,10 @@ def test_pytest_benchmark_storage_as_baseline_uses_its_newest_saved_run(
     (store / "0001_aaa_20261101_000000.json").write_text(
         json.dumps(benchmark_json(old, gpu="NVIDIA H100 80GB HBM3"))
     )
-    (store / "0002_bbb_20261102_000000.json").write_text(
-        json.dumps(benchmark_json(new, gpu="NVIDIA H100 80GB HBM3"))
-    )
+    newest = benchmark_json(new, gpu="NVIDIA H100 80GB HBM3")
+    for bench in newest["benchmarks"]:
+        del bench["extra_info"]["step_times_sec"]  # saved before llmbench kept them in extra_info
+    (store / "0002_bbb_20261102_000000.json").write_text(json.dumps(newest))
     proc = llmbench("gate", "--baseline", tmp_path / ".benchmarks", "--current", current(tmp_path, step=0.50))
     assert proc.returncode == 1, proc.stdout
     assert_lines(
@@ -313,7 +314,7 @@ def test_pytest_benchmark_storage_as_baseline_uses_its_newest_saved_run(
         f"  {store / '0002_bbb_20261102_000000.json'}: "
         f"newest of 2 saved run(s) under {tmp_path / '.benchmarks'}",
         # 0.45 s -> 0.50 s is +11.1%; zero3 unchanged against the newest run (not the 0.60 s of 0001);
-        # saved without --benchmark-save-data, the baseline has no step times to resample
+        # an older run saved without --benchmark-save-data: no step times to resample
         f"  REGRESSION {CFG}: step time 0.4500 s -> 0.5000 s (+11.1%; bound +5.0%; bound only: one run a "
         "side, 0 and 20 step times kept, 8 needed (a pytest-benchmark run keeps them with "
         "--benchmark-save-data))",
