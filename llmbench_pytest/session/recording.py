@@ -39,6 +39,7 @@ EXTRA_KEYS = (
     "last_loss",
     "status",
     "repeats",
+    "node_shared",
 )
 
 

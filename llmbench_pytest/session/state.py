@@ -12,11 +12,13 @@ import pytest
 
 from ..checks import peer_key
 from ..config.hardware import Hardware, detect
+from .progress import Quiet
 
 if TYPE_CHECKING:
     from ..config.options import SessionOptions
     from ..config.ranks import RankEnv
     from ..worker.dist import DistContext
+    from .progress import Progress
 
 
 class LlmbenchSession:
@@ -33,6 +35,8 @@ class LlmbenchSession:
         """(ini, command line) settings as given, for per-test merging with markers."""
         self.summary_lines: list[str] = []
         """Report and gate output for the terminal summary."""
+        self.progress: Progress | Quiet = Quiet()
+        """The progress display (session/progress.py), chosen when collection has finished."""
 
     @property
     def world_size(self) -> int:
@@ -47,6 +51,11 @@ class LlmbenchSession:
 
     def hardware(self) -> Hardware:
         return detect(self.options.device, self.env.local_rank)
+
+    def node_shared(self) -> dict[str, Any] | None:
+        """Under pytest-xdist: this worker, how many share the node, the devices it owns."""
+        share = self.hardware().share
+        return share.to_dict() if share is not None else None
 
     def dist(self) -> DistContext:
         """The session's process group (torchrun's job, or a one-rank group), made once."""
