@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from .config import hardware
 from .config.datasets import DATA_DIR_NAME
-from .config.hardware import detect, share_node
 from .config.options import SETTINGS, SessionOptions
 from .config.ranks import rank_env
 from .config.spec import SpecError
@@ -111,7 +111,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if xdist.is_worker(config):
         # before anything asks what the machine has: from here on this worker's slice answers
         try:
-            share_node(*xdist.worker_id(config), options.device)
+            hardware.share_node(*xdist.worker_id(config), options.device)
         except SpecError as exc:
             raise pytest.UsageError(str(exc)) from None
         config.stash[_SHIPPED_KEY] = {}
@@ -181,11 +181,11 @@ def _no_writes_on_this_rank(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto`: one worker per GPU on a GPU host, per core on CPU (None: xdist's own choice)."""
-    if rank_env().under_torchrun:
-        return None  # refused in pytest_configure
+    if rank_env().under_torchrun or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # refused in pytest_configure; or the user's own count, which xdist reads
     try:
         ini, cli = _raw_settings(config)
-        return detect(options_for(ini, None, cli, "").device).devices or None
+        return hardware.detect(options_for(ini, None, cli, "").device).devices or None
     except SpecError:
         return None  # pytest_configure refuses the options with the message
 
@@ -259,7 +259,7 @@ def _xdist_header(config: pytest.Config, s: LlmbenchSession) -> str:
     if not isinstance(workers, int) or workers < 1:
         return ""
     try:
-        hw = detect(s.options.device)
+        hw = hardware.detect(s.options.device)
     except SpecError:
         return ""
     what = "GPUs" if hw.device == "cuda" else "CPU cores"
