@@ -18,15 +18,13 @@ and clears its region before pytest reports the test, so pytest's output and sum
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .eta import Eta, Planned, expected_seconds
+from .screen import Lines, Live, live_possible
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     import pytest
 
     from ..config.spec import RunSpec
@@ -231,104 +229,6 @@ class Progress:
         line = Text(f"  {self._label(nodeid)}", style="cyan", no_wrap=True, overflow="ellipsis")
         line.append(f"  {state + ' · ' if state else ''}{duration(now - began)}", style="default")
         return Group(head, line)
-
-
-class Lines:
-    """One line at a time through pytest's terminal reporter, with capture suspended as pytest's
-    live logging does it (the line lands in the terminal or CI log, not in the test's output)."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    def line(self, text: str) -> None:
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is None:
-            return
-        with capture_suspended(self.config):
-            reporter.write_line(text)
-            reporter.flush()
-
-
-class Live:
-    """rich's Live display in the lines under pytest's current one. pytest leaves its cursor at
-    the end of a line it has not finished ("benchmarks/test_pretrain.py .."), so the region
-    starts on the next line and, when it is cleared, the cursor goes back where pytest left it.
-    Redrawn only when told to (no refresh thread), always with capture suspended."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        from rich.console import Console
-
-        self.config = config
-        self.writer = config.get_terminal_writer()
-        # file=None: rich writes to sys.stdout as it is at that moment, the terminal while
-        # capture is suspended
-        self.console = Console(force_terminal=True, width=self.writer.fullwidth, highlight=False)
-        self.live: Any = None
-
-    def show(self, renderable: Any) -> None:
-        import sys
-
-        from rich.live import Live as RichLive
-
-        with capture_suspended(self.config):
-            try:
-                if self.live is None:
-                    sys.stdout.write("\n")  # leave pytest's unfinished line alone
-                    self.live = RichLive(
-                        renderable,
-                        console=self.console,
-                        auto_refresh=False,
-                        transient=True,
-                        redirect_stdout=False,
-                        redirect_stderr=False,
-                    )
-                    self.live.start(refresh=True)
-                else:
-                    self.live.update(renderable, refresh=True)
-            except OSError:
-                self.live = None  # a closed terminal must not end a measurement
-
-    def hide(self) -> None:
-        import sys
-
-        if self.live is None:
-            return
-        live, self.live = self.live, None
-        with capture_suspended(self.config):
-            try:
-                live.stop()  # transient: erases the region, the cursor at its first line
-                column = self.writer.width_of_current_line % max(self.writer.fullwidth, 1)
-                sys.stdout.write(f"\x1b[1A\x1b[{column + 1}G")  # back to the end of pytest's line
-                sys.stdout.flush()
-            except OSError:
-                pass
-
-
-@contextlib.contextmanager
-def capture_suspended(config: pytest.Config) -> Iterator[None]:
-    capman = config.pluginmanager.get_plugin("capturemanager")
-    if capman is None:
-        yield
-        return
-    with capman.global_and_fixture_disabled():
-        yield
-
-
-def live_possible(config: pytest.Config) -> bool:
-    """A live region needs a terminal that nothing else writes to while a benchmark trains:
-    not with -s (the test's output goes straight to it) nor with live logging."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is None or not getattr(reporter, "isatty", False):
-        return False
-    if config.getoption("capture", "fd") == "no" or config.getoption("log_cli_level", None):
-        return False
-    if config.getini("log_cli"):
-        return False
-    try:
-        import rich.live  # noqa: F401
-    except ImportError:
-        return False  # lines instead; rich comes with llmbench, but a hand-made environment may lack it
-    return True
 
 
 def for_controller(config: pytest.Config) -> Progress | Quiet:
