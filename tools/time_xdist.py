@@ -4,6 +4,7 @@ was measuring.
     python tools/time_xdist.py                                  # test_pretrain.py at world size 1, -n 2
     python tools/time_xdist.py -n 8 -- --llmbench-world-sizes=1 # on an 8-GPU host
     python tools/time_xdist.py -n 4 -- --llmbench-world-sizes=2 # world size 2 on 8 GPUs
+    python tools/time_xdist.py --results DIR ...                # keep both sessions' result files
 
 Each session runs in the repository root with its own results directory under a fresh temporary
 folder (so neither finds the other's runs), one after the other: without -n first, then with
@@ -56,13 +57,15 @@ def session(label: str, pytest_args: list[str], results: Path) -> dict[str, obje
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--workers", default="2", help="pytest-xdist workers (a number or auto)")
+    parser.add_argument("--results", type=Path, help="keep both sessions' results here (serial/, xdist/)")
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments for both sessions")
     args = parser.parse_args()
     extra = args.pytest_args or ["--llmbench-world-sizes=1"]
     with tempfile.TemporaryDirectory(prefix="llmbench-xdist-") as tmp:
+        where = args.results.resolve() if args.results else Path(tmp)
         rows = [
-            session("serial", extra, Path(tmp, "serial")),
-            session(f"-n {args.workers}", [*extra, "-n", args.workers], Path(tmp, "xdist")),
+            session("serial", extra, where / "serial"),
+            session(f"-n {args.workers}", [*extra, "-n", args.workers], where / "xdist"),
         ]
     for row in rows:
         print(json.dumps(row))
