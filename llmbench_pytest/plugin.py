@@ -109,11 +109,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if env.is_writer:
         _check_writable(session.results_dir)
     if xdist.is_worker(config):
-        # before anything asks what the machine has: from here on this worker's slice answers
-        try:
-            hardware.share_node(*xdist.worker_id(config), options.device)
-        except SpecError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        session.xdist_worker = xdist.worker_id(config)  # its slice of the node, claimed on first use
         config.stash[_SHIPPED_KEY] = {}
     elif xdist.is_controller(config):
         session.progress = progress.for_controller(config)

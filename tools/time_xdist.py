@@ -36,7 +36,8 @@ def session(label: str, pytest_args: list[str], results: Path) -> dict[str, obje
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
     wall = time.monotonic() - started
-    outcome = next((ln for ln in reversed(proc.stdout.splitlines()) if " in " in ln and "=" in ln), "")
+    lines = proc.stdout.splitlines()
+    outcome = next((ln for ln in reversed(lines) if " in " in ln and ("passed" in ln or "failed" in ln)), "")
     windows = [
         json.loads(Path(f).read_text()).get("timing", {}).get("window_sec") or 0.0
         for f in glob.glob(f"{results}/*_results/result.json")
@@ -47,6 +48,7 @@ def session(label: str, pytest_args: list[str], results: Path) -> dict[str, obje
         "wall_s": round(wall, 1),
         "exit": proc.returncode,
         "outcome": outcome.strip("= "),
+        "failed": [ln.split(" - ")[0].removeprefix("FAILED ") for ln in lines if ln.startswith("FAILED ")],
         "runs": len(windows),
         "measured_s": round(sum(windows), 1),
         "load_1min_before": load_before,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..checks import peer_key
-from ..config.hardware import Hardware, detect
+from ..config.hardware import Hardware, detect, share_node
 from .progress import Quiet
 
 if TYPE_CHECKING:
@@ -35,6 +35,8 @@ class LlmbenchSession:
         """(ini, command line) settings as given, for per-test merging with markers."""
         self.summary_lines: list[str] = []
         """Report and gate output for the terminal summary."""
+        self.xdist_worker: tuple[str, int] | None = None
+        """(gw<i>, workers) of a pytest-xdist worker that has not claimed its devices yet."""
         self.progress: Progress | Quiet = Quiet()
         """The progress display (session/progress.py), chosen when collection has finished."""
 
@@ -50,6 +52,11 @@ class LlmbenchSession:
         return "in-process" if self.options.launch == "inprocess" else "launcher"
 
     def hardware(self) -> Hardware:
+        if self.xdist_worker is not None:
+            # claimed on first use, when a benchmark is collected: a pytest-xdist session that
+            # collects none (the plugin's own tests under -n) pins nothing
+            worker, self.xdist_worker = self.xdist_worker, None
+            return share_node(*worker, self.options.device)
         return detect(self.options.device, self.env.local_rank)
 
     def node_shared(self) -> dict[str, Any] | None:
