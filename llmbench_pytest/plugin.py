@@ -16,11 +16,13 @@ from typing import Any
 
 import pytest
 
+from .config import hardware
 from .config.datasets import DATA_DIR_NAME
 from .config.options import SETTINGS, SessionOptions
 from .config.ranks import rank_env
 from .config.spec import SpecError
 from .launch.matrix import build_matrix, world_sizes
+from .session import progress, xdist
 from .session.fixture import LlmbenchFixture
 from .session.state import SESSION_KEY, LlmbenchSession, get_session
 
@@ -29,6 +31,8 @@ _ERRORS_KEY = pytest.StashKey[dict[str, str]]()
 _WRONG_MODEL_KEY = pytest.StashKey[dict[str, str]]()
 """Test function node id -> why the session's model cannot train its workload."""
 _LLMBENCH_TESTS_KEY = pytest.StashKey[set[str]]()
+_SHIPPED_KEY = pytest.StashKey[dict[str, Any]]()
+"""In a pytest-xdist worker: the plan, and what was already sent to the controller."""
 
 # Deprecation notices that DeepSpeed and FSDP trigger inside torch on every collective (a
 # thousand per session) and that no llmbench user can act on.
@@ -106,10 +110,16 @@ def pytest_configure(config: pytest.Config) -> None:
         _check_writable(session.results_dir)
     if options.gate:
         session.gate_baseline = _gate_baseline(config, options.gate)
+    if xdist.is_worker(config):
+        session.xdist_worker = xdist.worker_id(config)  # its slice of the node, claimed on first use
+        config.stash[_SHIPPED_KEY] = {}
+    elif xdist.is_controller(config):
+        session.progress = progress.for_controller(config)
     config.stash[SESSION_KEY] = session
     config.stash[_ERRORS_KEY] = {}
     config.stash[_WRONG_MODEL_KEY] = {}
     config.stash[_LLMBENCH_TESTS_KEY] = set()
+    config.pluginmanager.register(_Reporting(config), "llmbench-reporting")
     _sigterm_interrupts(config)
 
 
@@ -181,9 +191,53 @@ def _no_writes_on_this_rank(config: pytest.Config) -> None:
             setattr(opt, name, None)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: one worker per GPU on a GPU host, per core on CPU (None: xdist's own choice)."""
+    if rank_env().under_torchrun or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # refused in pytest_configure; or the user's own count, which xdist reads
+    try:
+        ini, cli = _raw_settings(config)
+        return hardware.detect(options_for(ini, None, cli, "").device).devices or None
+    except SpecError:
+        return None  # pytest_configure refuses the options with the message
+
+
+class _Reporting:
+    """Hooks that need the config: the live progress region is cleared before pytest reports
+    anything, and under pytest-xdist the controller gathers what the workers made."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        s = self.config.stash.get(SESSION_KEY, None)
+        if s is None:
+            return
+        if xdist.is_controller(self.config):
+            xdist.gather(report, s, self.config, s.progress)
+            return
+        s.progress.close()
+        if report.when == "teardown" or not report.passed:
+            s.progress.item_done(report.nodeid)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self) -> None:
+        s = self.config.stash.get(SESSION_KEY, None)
+        if s is not None:
+            s.progress.close()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_internalerror(self) -> None:
+        self.pytest_keyboard_interrupt()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
+    if xdist.is_worker(config):
+        xdist.record_in_worker(config)
     if get_session(config).env.is_writer:
         return
     # other ranks read pytest's cache (so --lf selects the same tests) but never write it
@@ -208,7 +262,22 @@ def pytest_report_header(config: pytest.Config) -> str:
     note = ""
     if s.mode == "in-rank" and s.options.world_sizes:
         note = " (--llmbench-world-sizes is ignored under torchrun: the world size is torchrun's)"
+    if xdist.is_controller(config):
+        note += _xdist_header(config, s)
     return f"llmbench: {where}; results -> {s.results_dir}{note}"
+
+
+def _xdist_header(config: pytest.Config, s: LlmbenchSession) -> str:
+    workers = config.getoption("numprocesses", None)
+    if not isinstance(workers, int) or workers < 1:
+        return ""
+    try:
+        hw = hardware.detect(s.options.device)
+    except SpecError:
+        return ""
+    what = "GPUs" if hw.device == "cuda" else "CPU cores"
+    each = hw.devices // workers
+    return f"; {workers} pytest-xdist workers share this machine's {hw.devices} {what}, {each} each"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -277,6 +346,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             check_collection(s, [item.nodeid for item in session.items])
         except SpecError as exc:  # e.g. more ranks on this node than GPUs
             raise pytest.UsageError(str(exc)) from None
+    plan = progress.build_plan(session.items, s.options.repeat)
+    worker = xdist.is_worker(session.config)
+    if worker:
+        session.config.stash[_SHIPPED_KEY]["plan"] = plan
+    writer = s.env.is_writer and not worker  # a worker's terminal is nobody's: the controller shows
+    s.progress = progress.for_session(session.config, plan, writer, in_rank=s.mode != "launcher")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -287,6 +362,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         from .session.agreement import agree
 
         agree(s, report)
+    if xdist.is_worker(item.config):
+        xdist.ship(item, report, s, item.config.stash[_SHIPPED_KEY])
     return report
 
 
@@ -326,11 +403,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     s = session.config.stash.get(SESSION_KEY, None)
     if s is None:
         return
+    s.progress.close()
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         s.interrupted = True
         return
-    if not s.env.is_writer or not s.result_paths:
-        return
+    if not s.env.is_writer or not s.result_paths or xdist.is_worker(session.config):
+        return  # under pytest-xdist the controller reports and gates, over every worker's runs
     from .session import end as session_end
 
     if s.options.report:

@@ -2,10 +2,16 @@
 
 NVML (nvidia-ml-py) answers without creating a CUDA context, so a launcher-mode pytest process
 holds no GPU memory while its torchrun groups measure theirs. Without NVML, torch answers.
+
+Under pytest-xdist each worker owns a contiguous, disjoint slice of the node's devices
+(`share_node`): worker i of n gets devices // n GPUs (its groups see only those, through
+CUDA_VISIBLE_DEVICES) or, on CPU, cores // n cores (the worker and every rank it starts are
+pinned to them). From then on `detect` answers with the worker's slice.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -24,11 +30,75 @@ class Hardware:
     """Memory of one GPU, in GiB."""
     bf16: bool = False
     cpu_cores: int = 1
+    share: NodeShare | None = None
+    """Under pytest-xdist: the slice of the node this worker owns (the counts above are the slice's)."""
 
     @property
     def devices(self) -> int:
         """How many ranks this machine can run, one device (GPU or CPU core) each."""
         return self.gpu_count if self.device == "cuda" else self.cpu_cores
+
+
+@dataclass(frozen=True)
+class NodeShare:
+    """The devices one pytest-xdist worker owns on a node that several workers share."""
+
+    worker: str
+    """The xdist worker id, e.g. gw1."""
+    index: int
+    workers: int
+    device: str
+    """cuda (GPUs) or cpu (cores)."""
+    devices: tuple[str, ...]
+    """The GPUs as CUDA_VISIBLE_DEVICES names them, or the CPU core numbers."""
+    node_devices: int
+    """How many of them the whole node has."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "worker": self.worker,
+            "workers": self.workers,
+            "device": self.device,
+            "devices": list(self.devices),
+            "node_devices": self.node_devices,
+        }
+
+
+_share: Hardware | None = None
+"""This process's slice of the node, once share_node has claimed it (an xdist worker)."""
+
+
+def _visible_gpus(count: int) -> list[str]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [v.strip() for v in visible.split(",") if v.strip()][:count]
+    return [str(i) for i in range(count)]
+
+
+def share_node(worker: str, workers: int, preference: str = "auto") -> Hardware:
+    """Claim worker `worker`'s (gw<i>) contiguous slice of this node's devices, for this process
+    and every process it starts. With more workers than devices a worker may own none; the
+    benchmarks then skip with the reason."""
+    global _share
+    node = detect(preference)
+    digits = worker.removeprefix("gw")
+    index = int(digits) % workers if digits.isdigit() else 0
+    if node.device == "cuda":
+        ids = _visible_gpus(node.gpu_count)
+    else:
+        ids = [str(c) for c in sorted(os.sched_getaffinity(0))]
+    per = len(ids) // workers
+    mine = tuple(ids[index * per : (index + 1) * per])
+    if node.device == "cuda":
+        # set before torch touches CUDA here, and inherited by every torchrun group started
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(mine)
+    elif mine:
+        os.sched_setaffinity(0, [int(c) for c in mine])  # children inherit the mask
+    share = NodeShare(worker, index, workers, node.device, mine, len(ids))
+    count = {"gpu_count": len(mine)} if node.device == "cuda" else {"cpu_cores": len(mine)}
+    _share = dataclasses.replace(node, share=share, **count)
+    detect.cache_clear()
+    return _share
 
 
 def _cpu_cores() -> int:
@@ -66,6 +136,8 @@ def _from_nvml() -> Hardware | None:
 
 @functools.cache
 def detect(preference: str = "auto", local_rank: int = 0) -> Hardware:
+    if _share is not None:
+        return _share
     if preference == "cpu":
         return Hardware(device="cpu", cpu_cores=_cpu_cores())
     found = _from_nvml()

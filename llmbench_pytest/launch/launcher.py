@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..results.measurement import Measurement
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from ..config.spec import RunSpec
@@ -102,6 +103,17 @@ def _end_group(proc: subprocess.Popen[bytes]) -> None:
         return
 
 
+def read_heartbeat(path: Path) -> dict[str, Any]:
+    """A rank's heartbeat (worker/progress.py): a JSON object with at least "message"; a file
+    in any other form is its own message. Raises OSError when there is none."""
+    text = path.read_text(errors="replace")
+    try:
+        beat = json.loads(text)
+    except ValueError:
+        return {"message": text}
+    return beat if isinstance(beat, dict) else {"message": text}
+
+
 def _quiet_ranks(launch: Launch, started: float, limit: float) -> list[tuple[int, float, str]]:
     """Ranks whose last progress is older than `limit`: (rank, seconds quiet, last message)."""
     now = time.time()
@@ -110,7 +122,7 @@ def _quiet_ranks(launch: Launch, started: float, limit: float) -> list[tuple[int
         path = launch.progress(rank)
         try:
             last = path.stat().st_mtime
-            message = path.read_text(errors="replace")
+            message = str(read_heartbeat(path).get("message", ""))
         except OSError:
             last, message = started, "never started"
         if now - last > limit:
@@ -153,13 +165,36 @@ def write_job(run_dir: Path, spec: RunSpec, timeout_s: float, repo_dir: str) -> 
     (run_dir / JOB_FILE).write_text(json.dumps(job, indent=2))
 
 
-def run_group(spec: RunSpec, launch: Launch, timeout_s: float, repo_dir: str) -> Measurement:
-    """Start the group, watch it, and return rank 0's measurement or what went wrong."""
+def _forward_progress(
+    launch: Launch, on_progress: Callable[[dict[str, Any]], None] | None, last: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Hand rank 0's heartbeat to the progress display when it changed; returns the latest."""
+    if on_progress is None:
+        return last
+    try:
+        beat = read_heartbeat(launch.progress(0))
+    except OSError:
+        return last
+    if beat != last:
+        on_progress(beat)
+    return beat
+
+
+def run_group(
+    spec: RunSpec,
+    launch: Launch,
+    timeout_s: float,
+    repo_dir: str,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+) -> Measurement:
+    """Start the group, watch it, and return rank 0's measurement or what went wrong.
+    `on_progress` gets rank 0's heartbeat (a dict) from this thread whenever it changed."""
     write_job(launch.run_dir, spec, timeout_s, repo_dir)
     limit = quiet_limit_s(timeout_s)
     started = time.time()
     t0 = time.monotonic()
     first_progress: float | None = None
+    beat: dict[str, Any] | None = None
     with open(launch.log_path, "ab") as log:
         proc = subprocess.Popen(
             command(spec.world_size, launch.run_dir),
@@ -173,6 +208,7 @@ def run_group(spec: RunSpec, launch: Launch, timeout_s: float, repo_dir: str) ->
             while proc.poll() is None:
                 if first_progress is None and launch.progress(0).exists():
                     first_progress = time.monotonic() - t0
+                beat = _forward_progress(launch, on_progress, beat)
                 quiet = _quiet_ranks(launch, started, limit)
                 if quiet:
                     _end_group(proc)

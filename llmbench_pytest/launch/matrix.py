@@ -74,7 +74,18 @@ def _too_big(world_size: int, hw: Hardware) -> str | None:
     if world_size <= hw.devices:
         return None
     what = "GPUs" if hw.device == "cuda" else "CPU cores"
-    return f"world size {world_size} needs {world_size} {what} (one per rank); this machine has {hw.devices}"
+    share = hw.share
+    if share is None or world_size > share.node_devices:
+        has = share.node_devices if share else hw.devices
+        return f"world size {world_size} needs {world_size} {what} (one per rank); this machine has {has}"
+    # the node has enough, but pytest-xdist split it: name the worker count that would fit
+    fit = share.node_devices // world_size
+    fix = f"run with fewer workers, e.g. -n {fit}" if fit > 1 else "run it without -n"
+    # the same words in every worker, so pytest's summary folds them into one line
+    return (
+        f"world size {world_size} needs {world_size} {what} (one per rank); each of the {share.workers} "
+        f"pytest-xdist workers owns {hw.devices} of this machine's {share.node_devices}: {fix}"
+    )
 
 
 def optimizer_unavailable(optimizer: str, offload: str, hw: Hardware) -> str | None:

@@ -142,6 +142,8 @@ def _what_ran(spec: RunSpec, m: Measurement, device: str, meta: dict[str, Any]) 
         "gpu_name": m.env.get("gpu_name"),
         "nodes": meta.get("nodes", 1),
         "ranks_per_node": meta.get("ranks_per_node", spec.world_size),
+        # pytest-xdist: which worker ran it, how many shared the node, which devices it owned
+        "node_shared": meta.get("node_shared"),
     }
 
 

@@ -71,6 +71,7 @@ class LlmbenchFixture:
             "ranks_per_node": env.local_world_size if mode == "in-rank" else self.spec.world_size,
             "config": {"session": self.session.options.to_dict()},
             "price": self.session.options.price,
+            "node_shared": self.session.node_shared(),
         }
 
     def _measure(self, paths: RunPaths | None, meta: dict[str, Any], spec: RunSpec) -> Measurement:
@@ -80,7 +81,13 @@ class LlmbenchFixture:
             assert paths is not None
             launch = Launch(run_dir=paths.directory, log_path=paths.log, world_size=spec.world_size)
             try:
-                return run_group(spec, launch, self.session.options.timeout, from_rootdir)
+                return run_group(
+                    spec,
+                    launch,
+                    self.session.options.timeout,
+                    from_rootdir,
+                    self.session.progress.on_progress,
+                )
             finally:
                 meta["launch"] = launch.timings
         from ..worker.run import run_benchmark
@@ -126,6 +133,16 @@ class LlmbenchFixture:
     def train(self) -> RunResult:
         """Train this test's configuration (--llmbench-repeat times); record it; fail if a run failed."""
         __tracebackhide__ = True  # a failed run points at the test's line, not at this helper
+        nodeid = self.request.node.nodeid
+        self.session.progress.config_started(nodeid, self.spec)
+        try:
+            return self._train()
+        finally:
+            # before pytest reports the test: the live region must be gone by then
+            self.session.progress.config_finished(nodeid, self.result)
+
+    def _train(self) -> RunResult:
+        __tracebackhide__ = True
         count = self.session.options.repeat
         spec, search = self.spec, None
         if self.session.options.find_batch:

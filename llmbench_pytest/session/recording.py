@@ -42,6 +42,7 @@ EXTRA_KEYS = (
     # one run a side: the gate bootstraps these per-step times (pytest-benchmark keeps its own
     # copy only with --benchmark-save-data)
     "step_times_sec",
+    "node_shared",
 )
 
 

@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..checks import peer_key
-from ..config.hardware import Hardware, detect
+from ..config.hardware import Hardware, detect, share_node
+from .progress import Quiet
 
 if TYPE_CHECKING:
     from ..config.options import SessionOptions
     from ..config.ranks import RankEnv
     from ..worker.dist import DistContext
+    from .progress import Progress
 
 
 class LlmbenchSession:
@@ -35,6 +37,10 @@ class LlmbenchSession:
         """Report and gate output for the terminal summary."""
         self.gate_baseline: Path | None = None
         """The saved run --llmbench-gate names, resolved at session start (plugin.py)."""
+        self.xdist_worker: tuple[str, int] | None = None
+        """(gw<i>, workers) of a pytest-xdist worker that has not claimed its devices yet."""
+        self.progress: Progress | Quiet = Quiet()
+        """The progress display (session/progress.py), chosen when collection has finished."""
 
     @property
     def world_size(self) -> int:
@@ -48,7 +54,17 @@ class LlmbenchSession:
         return "in-process" if self.options.launch == "inprocess" else "launcher"
 
     def hardware(self) -> Hardware:
+        if self.xdist_worker is not None:
+            # claimed on first use, when a benchmark is collected: a pytest-xdist session that
+            # collects none (the plugin's own tests under -n) pins nothing
+            worker, self.xdist_worker = self.xdist_worker, None
+            return share_node(*worker, self.options.device)
         return detect(self.options.device, self.env.local_rank)
+
+    def node_shared(self) -> dict[str, Any] | None:
+        """Under pytest-xdist: this worker, how many share the node, the devices it owns."""
+        share = self.hardware().share
+        return share.to_dict() if share is not None else None
 
     def dist(self) -> DistContext:
         """The session's process group (torchrun's job, or a one-rank group), made once."""

@@ -1,0 +1,222 @@
+"""The progress display: configuration k of N, where it is, the ETA; live on a terminal, lines
+off it, quieter with -q, and pytest's own output left intact."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import LOOSE_CV
+from llmbench_pytest.config.spec import RunSpec
+from llmbench_pytest.session.eta import START_S, Eta, Planned, expected_seconds
+from llmbench_pytest.session.progress import duration, where
+
+SHORT = ("--llmbench-steps=3", "--llmbench-warmup=1", LOOSE_CV)
+
+
+def spec(**changes) -> RunSpec:
+    base = RunSpec(
+        strategy="ddp", model="llama-tiny", seq_len=128, per_device_batch=2, steps=10, warmup=2, dtype="fp32"
+    )
+    return base.replace(**changes)
+
+
+def test_expected_cost_grows_with_the_work_and_with_offload():
+    small = expected_seconds(spec())
+    assert expected_seconds(spec(steps=100)) > small
+    assert expected_seconds(spec(seq_len=512)) > small
+    assert expected_seconds(spec(model="llama-125m")) > small
+    zero2 = spec(strategy="zero2", device="cuda", model="llama-1b", seq_len=2048, dtype="bf16")
+    steps_s = expected_seconds(zero2) - START_S["cuda"]
+    assert expected_seconds(zero2.replace(offload="cpu")) - START_S["cuda"] == pytest.approx(8 * steps_s)
+    assert expected_seconds(spec(), repeats=3) == pytest.approx(3 * small)
+
+
+def plan(*items: tuple[str, str, float]) -> Eta:
+    return Eta({n: Planned(n, n, group, s) for n, group, s in items})
+
+
+def test_eta_learns_from_finished_configurations_same_strategy_first():
+    eta = plan(("a", "ddp", 10.0), ("b", "ddp", 20.0), ("c", "zero3_offload", 40.0))
+    assert eta.remaining_s(now=0.0) == pytest.approx(70.0)  # the guesses, before anything ran
+    eta.start("a", 0.0)
+    eta.finish("a", 30.0)  # three times the guess
+    # b (ddp) and c (nothing of its own yet) both scale by 3
+    assert eta.remaining_s(now=30.0) == pytest.approx(3 * 20 + 3 * 40)
+    eta.start("c", 30.0)
+    eta.finish("c", 70.0)  # zero3_offload: exactly its guess; b still learns from a alone
+    assert eta.remaining_s(now=70.0) == pytest.approx(60.0)
+    eta.start("b", 70.0)
+    assert eta.remaining_s(now=80.0) == pytest.approx(50.0)  # the running one counts down
+    assert eta.place("b") == 3 and eta.place("zzz") is None
+
+
+def test_eta_with_parallel_workers_and_failed_runs():
+    eta = plan(("a", "ddp", 10.0), ("b", "ddp", 10.0), ("c", "ddp", 10.0), ("d", "ddp", 40.0))
+    assert eta.remaining_s(now=0.0, workers=2) == pytest.approx(35.0)
+    eta.start("d", 0.0)
+    assert eta.remaining_s(now=0.0, workers=4) == pytest.approx(40.0)  # never less than the longest one
+    eta.start("a", 0.0)
+    eta.finish("a", 1.0, learn=False)  # a crash after a second says nothing about the others
+    assert eta.remaining_s(now=1.0) == pytest.approx(20.0 + 39.0)
+    assert 0 < eta.done_fraction(now=1.0) < 1
+
+
+def test_where_reads_the_contract_and_tolerates_missing_keys():
+    assert where({}) == ""
+    assert where({"message": "warmup 2/2 loss 8.2"}) == "warmup 2/2 loss 8.2"
+    event = {"phase": "measuring", "step": 12, "steps": 100, "precision": 0.013, "tokens_per_sec": 12345.6}
+    assert where(event) == "measuring step 12/100 ±1.3% · 12,346 tokens/s"
+    assert where({"phase": "building", "message": "built"}) == "building the model"
+    assert where({"phase": "warmup", "step": 2}) == "warm-up step 2"
+    assert duration(42) == "0:42" and duration(3723) == "1:02:03"
+
+
+def run_lines(bench, *args: str) -> list[str]:
+    """Run the benchmarks off a terminal (pytester's subprocess pipes) and return llmbench's lines."""
+    result = bench.runpytest_subprocess("benchmarks", "--llmbench-world-sizes=1", *SHORT, *args)
+    result.assert_outcomes(passed=2)
+    return [ln for ln in result.outlines if ln.startswith("llmbench [")]
+
+
+def test_off_a_terminal_one_line_per_configuration_start_and_end(bench):
+    lines = run_lines(bench, "--llmbench-strategies=ddp,fsdp")
+    assert len(lines) == 4, lines
+    pattern = (
+        r"llmbench \[(\d)/2\] test_pretrain\[(\w+)-ws1-seq128-llama-tiny\] "
+        r"(started · \d+:\d\d elapsed|ok in \d+\.\d s, [\d,]+ tokens/s) · ETA \d+:\d\d$"
+    )
+    found = [re.match(pattern, ln) for ln in lines]
+    assert all(found), lines
+    assert [(m[1], m[2], m[3].split()[0]) for m in found] == [
+        ("1", "ddp", "started"),
+        ("1", "ddp", "ok"),
+        ("2", "fsdp", "started"),
+        ("2", "fsdp", "ok"),
+    ]
+    assert lines[-1].endswith("ETA 0:00")
+
+
+@pytest.mark.parametrize(("flag", "kept"), [("-q", ["ok"]), ("-qq", [])])
+def test_quieter_with_q(bench, flag, kept):
+    # in-process: the same display, without starting torchrun groups
+    result = bench.runpytest_subprocess(
+        "benchmarks", "--llmbench-launch=inprocess", "--llmbench-strategies=ddp", *SHORT, flag
+    )
+    assert result.ret == 0  # -qq prints no outcome counts to parse
+    lines = [ln for ln in result.outlines if ln.startswith("llmbench [")]
+    assert [ln.split()[3] for ln in lines] == kept, lines
+
+
+class Screen:
+    """Just enough of a terminal to replay what pytest and the live region wrote: printable
+    text, CR, LF, cursor up, cursor to column, erase in line and erase below."""
+
+    CSI = re.compile(r"\x1b\[([?0-9;]*)([A-Za-z])")
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.rows: list[list[str]] = [[]]
+        self.row = self.col = 0
+
+    def _at(self, row: int) -> list[str]:
+        while len(self.rows) <= row:
+            self.rows.append([])
+        return self.rows[row]
+
+    def feed(self, text: str) -> None:
+        pos = 0
+        while pos < len(text):
+            m = self.CSI.match(text, pos)
+            if m:
+                self._control(m[1], m[2])
+                pos = m.end()
+                continue
+            ch = text[pos]
+            pos += 1
+            if ch == "\r":
+                self.col = 0
+            elif ch == "\n":
+                self.row += 1
+            elif ch >= " ":
+                if self.col >= self.width:  # pending wrap, as terminals do
+                    self.row, self.col = self.row + 1, 0
+                line = self._at(self.row)
+                line.extend(" " * (self.col + 1 - len(line)))
+                line[self.col] = ch
+                self.col += 1
+
+    def _control(self, args: str, code: str) -> None:
+        n = int(args) if args.isdigit() else None
+        line = self._at(self.row)
+        if code == "A":
+            self.row = max(self.row - (n or 1), 0)
+        elif code == "G":
+            self.col = (n or 1) - 1
+        elif code == "K" and n in (None, 0, 2):
+            del line[0 if n == 2 else self.col :]
+        elif code == "J" and n in (None, 0):
+            del line[self.col :]
+            del self.rows[self.row + 1 :]
+
+    def text(self) -> str:
+        return "\n".join("".join(r).rstrip() for r in self.rows)
+
+
+def run_in_pty(args: list[str], cwd: str, env: dict[str, str], width: int = 100) -> str:
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed its end
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    proc.kill()
+    proc.wait()
+    os.close(master)
+    return out.decode(errors="replace")
+
+
+def test_on_a_terminal_a_live_display_that_leaves_pytests_output_intact(bench):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    # the second configuration fails: its region must be gone before pytest prints the failure
+    env.update(TERM="xterm-256color", COLUMNS="100", LINES="40", LLMBENCH_INJECT_FAULT="fsdp:error")
+    args = [sys.executable, "-m", "pytest", "benchmarks", "-p", "no:cacheprovider"]
+    args += ["--llmbench-strategies=ddp,fsdp", "--llmbench-world-sizes=1", *SHORT]
+    raw = run_in_pty(args, str(bench.path), env)
+    # the live region was drawn, with the configuration, the bar's weight and the ETA
+    assert re.search(r"configuration 1 of 2 · \d+:\d\d elapsed · ETA \d+:\d\d", raw), raw[-3000:]
+    assert "configuration 2 of 2" in raw
+    assert "test_pretrain[fsdp-ws1-seq128-llama-tiny]" in raw
+    screen = Screen(100)
+    screen.feed(raw)
+    final = screen.text()
+    # ... and cleared: what stays on screen is pytest's own output, in its order
+    assert "configuration 2 of 2" not in final and "elapsed · ETA" not in final, final
+    assert re.search(r"^benchmarks/test_pretrain\.py \.F +\[100%\]$", final, re.M), final
+    assert re.search(r"^=+ FAILURES =+$", final, re.M), final
+    assert re.search(r"^E +Failed: fsdp error: rank 0: RuntimeError: injected failure", final, re.M), final
+    assert re.search(r"^=+ 1 failed, 1 passed in .* =+$", final, re.M), final
+    assert final.index("test session starts") < final.index("[100%]") < final.index("FAILURES")
