@@ -24,6 +24,8 @@ class Hardware:
     """Memory of one GPU, in GiB."""
     bf16: bool = False
     cpu_cores: int = 1
+    compute_capability: tuple[int, int] | None = None
+    """(major, minor) of the first GPU: float8 matmuls need 8.9 or more."""
 
     @property
     def devices(self) -> int:
@@ -51,7 +53,7 @@ def _from_nvml() -> Hardware | None:
                 if not indices:
                     return None
             handle = nvml.nvmlDeviceGetHandleByIndex(indices[0])
-            major, _ = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
             return Hardware(
                 device="cuda",
                 gpu_name=text(nvml.nvmlDeviceGetName(handle)),
@@ -59,6 +61,7 @@ def _from_nvml() -> Hardware | None:
                 device_gib=nvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
                 bf16=major >= 8,
                 cpu_cores=_cpu_cores(),
+                compute_capability=(int(major), int(minor)),
             )
     except Exception:  # NvmlUnavailable, or an NVML query this driver does not answer
         return None
@@ -82,6 +85,7 @@ def detect(preference: str = "auto", local_rank: int = 0) -> Hardware:
                 device_gib=props.total_memory / 2**30,
                 bf16=props.major >= 8,
                 cpu_cores=_cpu_cores(),
+                compute_capability=(props.major, props.minor),
             )
     if found is None:
         if preference == "cuda":
