@@ -39,6 +39,10 @@ EXTRA_KEYS = (
     "last_loss",
     "status",
     "repeats",
+    # the technique axes: the gate keys a saved run's configurations by them (report/records.py)
+    "fused_loss",
+    "fp8",
+    "attention",
 )
 
 
