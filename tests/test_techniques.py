@@ -11,6 +11,7 @@ import json
 import pytest
 import torch
 
+from conftest import LOOSE_CV, saved_results
 from llmbench_pytest.analysis.trace import attention_kind, summarize
 from llmbench_pytest.config.hardware import Hardware
 from llmbench_pytest.config.options import SessionOptions
@@ -324,3 +325,55 @@ def test_report_shows_what_each_technique_buys(tmp_path):
         "fused_loss", "fp8", "attention", "attention_ran", "mfu_note", "mfu_vs_fp8_peak", "fp8_layers",
         "fused_loss_chunk_rows",
     ]  # fmt: skip
+
+
+# --- GPU only: each skips with the reason where it cannot run ----------------------------------
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none visible)")
+
+
+@needs_gpu
+def test_liger_patches_this_model_and_nothing_process_wide():
+    pytest.importorskip("liger_kernel.transformers", reason="needs liger-kernel (pip install liger-kernel)")
+    from transformers.models.llama import modeling_llama
+
+    watched = (
+        (modeling_llama, "apply_rotary_pos_emb"),
+        (modeling_llama, "LlamaRMSNorm"),
+        (modeling_llama, "LlamaMLP"),
+        (modeling_llama.LlamaForCausalLM, "forward"),
+        (torch.nn.functional, "cross_entropy"),
+    )
+    before = [getattr(owner, name) for owner, name in watched]
+    s = spec(fused_loss="liger")
+    cuda = torch.device("cuda", 0)
+    fused = build_model(s, resolve_model(s.model), cuda)
+    ref = build_model(spec(), resolve_model(s.model), cuda)
+    assert [getattr(owner, name) for owner, name in watched] == before
+    ids = torch.randint(0, 4096, (2, 64), device=cuda)
+    assert fused.loss(fused.module, ids).item() == pytest.approx(ref.loss(ref.module, ids).item(), abs=1e-4)
+
+
+@needs_gpu
+def test_gpu_records_the_attention_kernels_that_ran_and_fp8_runs_for_real(bench):
+    cc = torch.cuda.get_device_capability(0)
+    fp8 = ["--llmbench-fp8=none,tensorwise", "--llmbench-compile"] if cc >= (8, 9) else []
+    result = bench.runpytest_subprocess(
+        "benchmarks/test_pretrain.py",
+        LOOSE_CV,
+        "--llmbench-strategies=fsdp",
+        "--llmbench-world-sizes=1",
+        "--llmbench-model=llama-tiny",
+        "--llmbench-attention=default,flash,efficient",
+        "--llmbench-steps=4",
+        *fp8,
+        "-rs",
+    )
+    runs = {(r["fp8"], r["attention"]): r for r in saved_results(bench.path)}
+    for (recipe, attention), run in runs.items():
+        assert run["status"] == "ok", (recipe, attention, run["error"])
+        if attention != "default":
+            assert run["attention_ran"] == attention, run["techniques"]["attention_kernels"]
+        if recipe == "tensorwise":
+            assert run["techniques"]["fp8"]["emulated"] is False and run["mfu_note"]
+    assert len(runs) == (6 if fp8 else 3), result.stdout.str()[-3000:]
