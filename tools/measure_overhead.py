@@ -3,11 +3,17 @@
     python tools/measure_overhead.py                       # one process (CPU: llama-tiny)
     torchrun --nproc_per_node=2 tools/measure_overhead.py  # two ranks
     python tools/measure_overhead.py --strategy zero2 --model llama-1b --seq-len 2048 --batch 8 --dtype bf16
+    python tools/measure_overhead.py --strategy fsdp_grad_op --model llama-1b --batch 16 --compile \
+        --fused-loss chunked --fp8 tensorwise          # a technique axis: both loops apply it
 
 The bare loop below is written from scratch with plain torch (and plain deepspeed for zero*):
 build the model, wrap it, AdamW, then time `steps` steps with one clock read at each end of the
 window (synchronized on GPU). It trains the same preset, batch, sequence length, precision and
-micro-batches as llmbench, in the same process group. The two alternate (bare, llmbench,
+micro-batches as llmbench, in the same process group. With --compile, --fused-loss, --fp8 or
+--attention, the bare loop applies the same technique by calling the library itself (torchao's
+convert_to_float8_training, Liger's instance patch, llmbench's chunked loss as its loss function,
+block.compile(), an sdpa_kernel context around its steps), so the ratio is the harness's cost for
+that technique, not the technique's. The two alternate (bare, llmbench,
 llmbench, bare, ...) so drift on the machine hits both; both the ratio of the medians and
 the median of the back-to-back pair ratios are printed. A ratio of
 1.0 means the harness costs nothing; below 1.0, llmbench reports less throughput than the
@@ -17,6 +23,8 @@ loop achieves.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -32,7 +40,7 @@ import torch.distributed as dist
 
 from llmbench_pytest.config.presets import resolve_model
 from llmbench_pytest.config.ranks import rank_env
-from llmbench_pytest.config.spec import RunSpec
+from llmbench_pytest.config.spec import ATTENTION_BACKENDS, FP8_RECIPES, FUSED_LOSSES, RunSpec
 from llmbench_pytest.worker import dist as lb_dist
 from llmbench_pytest.worker.data import rank_batches
 from llmbench_pytest.worker.models import build_model
@@ -40,10 +48,76 @@ from llmbench_pytest.worker.run import run_benchmark
 from llmbench_pytest.worker.strategies.deepspeed_zero import build_config
 
 
+def bare_techniques(model: torch.nn.Module, blocks: tuple, spec: RunSpec, device: torch.device):
+    """The run's techniques applied by hand, in torchao's order (fp8, loss, compile; the strategy
+    wraps after). Returns the context the steps run in and what follows each optimizer step."""
+    stack = contextlib.ExitStack()
+    if spec.fp8 != "none":
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        all_gather = spec.strategy.startswith("fsdp") and spec.fp8 == "tensorwise"
+        config = dataclasses.replace(
+            Float8LinearConfig.from_recipe_name(spec.fp8),
+            enable_fsdp_float8_all_gather=all_gather,
+            emulate=device.type != "cuda",
+        )
+        convert_to_float8_training(
+            model,
+            module_filter_fn=lambda m, fqn: (
+                "lm_head" not in fqn and m.in_features % 16 == 0 and m.out_features % 16 == 0
+            ),
+            config=config,
+        )
+        if spec.fp8 == "rowwise":
+            stack.enter_context(_flag(torch._inductor.config, "emulate_precision_casts", True))
+    if spec.fused_loss == "liger":
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+        apply_liger_kernel_to_llama(model=model, rope=False, rms_norm=False, swiglu=False)
+    elif spec.fused_loss == "chunked":
+        from llmbench_pytest.worker.chunked_loss import patch_causal_lm  # the technique itself
+
+        patch_causal_lm(model, compiled=spec.compile)
+    if spec.attention == "fa2":
+        model.set_attn_implementation("flash_attention_2")
+    elif spec.attention != "default":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        names = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
+        stack.enter_context(sdpa_kernel(getattr(SDPBackend, names.get(spec.attention, "MATH"))))
+        if spec.compile:  # the cache key ignores the SDPA backend (pytorch#185449)
+            stack.enter_context(_flag(torch._inductor.config, "fx_graph_cache", False))
+            stack.enter_context(_flag(torch._functorch.config, "enable_autograd_cache", False))
+    if spec.compile:
+        for m in model.modules():
+            if isinstance(m, blocks):
+                m.compile()
+
+    def after_step(wrapped: torch.nn.Module) -> None:
+        if spec.fp8 == "tensorwise" and spec.strategy.startswith("fsdp"):
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+            precompute_float8_dynamic_scale_for_fsdp(wrapped)
+
+    return stack, after_step
+
+
+@contextlib.contextmanager
+def _flag(config, name: str, value):
+    before = getattr(config, name)
+    setattr(config, name, value)
+    try:
+        yield
+    finally:
+        setattr(config, name, before)
+
+
 def bare_loop(spec: RunSpec, device: torch.device) -> float:
     """Tokens/s of a plain loop; the strategy is wired by hand, not through llmbench's modules."""
-    built = build_model(spec, resolve_model(spec.model, spec.model_config), device)
+    plain = spec.replace(fused_loss="none", fp8="none", attention="default")  # applied below, by hand
+    built = build_model(plain, resolve_model(spec.model, spec.model_config), device)
     model = built.module
+    context, after_step = bare_techniques(model, built.block_classes, spec, device)
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(spec.dtype)
     fused = {"fused": True} if device.type == "cuda" else {"foreach": True}
     engine = None
@@ -103,22 +177,26 @@ def bare_loop(spec: RunSpec, device: torch.device) -> float:
             (loss / spec.grad_accum).backward()
         if engine is None:
             opt.step()
+            after_step(model)
             opt.zero_grad(set_to_none=True)
 
-    for i in range(spec.warmup):
-        step(i)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    dist.barrier()
-    start = time.perf_counter()
-    for i in range(spec.warmup, spec.warmup + spec.steps):
-        step(i)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    elapsed = torch.tensor(time.perf_counter() - start, dtype=torch.float64)
+    with context:
+        for i in range(spec.warmup):
+            step(i)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        dist.barrier()
+        start = time.perf_counter()
+        for i in range(spec.warmup, spec.warmup + spec.steps):
+            step(i)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = torch.tensor(time.perf_counter() - start, dtype=torch.float64)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     if engine is not None:
         engine.destroy()
+    if spec.compile:
+        torch._dynamo.reset()  # as llmbench's close() does: each run compiles afresh
     return spec.tokens_per_step * spec.steps / elapsed.item()
 
 
@@ -133,6 +211,12 @@ def main() -> None:
     parser.add_argument("--dtype", default=None, help="bf16, fp16, fp32 (default: bf16 on GPU, fp32 on CPU)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--compile", action="store_true", help="torch.compile each block (both loops)")
+    parser.add_argument("--fused-loss", default="none", choices=FUSED_LOSSES, help="(both loops)")
+    parser.add_argument(
+        "--fp8", default="none", choices=FP8_RECIPES, help="needs --compile on a GPU (both loops)"
+    )
+    parser.add_argument("--attention", default="default", choices=ATTENTION_BACKENDS, help="(both loops)")
     parser.add_argument("--repeats", type=int, default=3, help="pairs of (bare, llmbench) runs")
     parser.add_argument("--json", default=None, help="write the figures to this file (rank 0)")
     args = parser.parse_args()
@@ -151,6 +235,10 @@ def main() -> None:
         dtype=args.dtype or ("bf16" if cuda else "fp32"),
         world_size=env.world_size,
         device="cuda" if cuda else "cpu",
+        compile=args.compile,
+        fused_loss=args.fused_loss,
+        fp8=args.fp8,
+        attention=args.attention,
     )
     quiet = logging.getLogger("llmbench.overhead")
     quiet.addHandler(logging.NullHandler())
@@ -179,9 +267,11 @@ def main() -> None:
             "median_pair_ratio": statistics.median(h / b for h, b in zip(harness, bare, strict=True)),
         }
         print(json.dumps(figures, indent=2))
+        techniques = " compile" if spec.compile else ""
+        techniques += f" loss={spec.fused_loss} fp8={spec.fp8} attn={spec.attention}"
         print(
             f"{spec.name} ws{spec.world_size} {spec.model} seq{spec.seq_len} b{spec.per_device_batch} "
-            f"{spec.dtype}: bare {statistics.median(bare):,.0f} tok/s, "
+            f"{spec.dtype}{techniques}: bare {statistics.median(bare):,.0f} tok/s, "
             f"llmbench {statistics.median(harness):,.0f} tok/s, "
             f"ratio of medians {figures['ratio_of_medians']:.3f}, "
             f"median pair ratio {figures['median_pair_ratio']:.3f}"

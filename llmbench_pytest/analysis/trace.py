@@ -5,6 +5,8 @@ On a GPU the collectives are the NCCL kernels and compute is every other kernel;
 counts as exposed where no compute kernel runs at the same time. On a CPU (gloo) the collectives
 are the `gloo:*` annotations; they run on gloo's threads, so exposure is not computed there.
 Times are unions of intervals, so overlapping collectives on several streams count once.
+It also names the attention kernels that ran (cuDNN, flash, memory-efficient, math, FlashAttention-2):
+SDPA's choice, or the one --llmbench-attention asked for, as the device really ran it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ class TraceSummary:
     collectives_per_step: float
     span_sec_per_step: float
     """Wall span of the profiled steps (first to last event), per step; the profiler slows steps."""
+    attention_kernels: dict[str, int] | None = None
+    """Attention calls by kind (attention_kind), counted once per call: GPU kernels on a GPU, aten
+    operators on CPU; None when none was seen."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,6 +64,54 @@ def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) ->
         else:
             j += 1
     return total
+
+
+# operators SDPA dispatches to, and FlashAttention-2's own, by the kind they are
+_ATTENTION_OPS = {
+    "aten::_scaled_dot_product_cudnn_attention": "cudnn",
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash",
+    "aten::_scaled_dot_product_efficient_attention": "efficient",
+    "aten::_scaled_dot_product_attention_math": "math",
+    "flash_attn::_flash_attn_forward": "fa2",
+}
+
+
+def attention_kind(name: str, kernel: bool) -> str | None:
+    """The attention implementation a GPU kernel's or an operator's name belongs to, or None.
+    cuDNN's kernel names contain "flash" too, so cuDNN is tested first; FlashAttention-2's own
+    kernels live in the `flash::` namespace, torch's copy of them in `pytorch_flash::`."""
+    if not kernel:
+        return _ATTENTION_OPS.get(name)
+    low = name.lower()
+    if "cudnn" in low and ("sdpa" in low or "fprop" in low or "bprop" in low):
+        return "cudnn"
+    if "pytorch_flash" in low:
+        return "flash"
+    if "fmha_cutlass" in low or "mem_efficient" in low:
+        return "efficient"
+    if "flash::" in low or low.startswith(("flash_fwd", "flash_bwd")):
+        return "fa2"
+    return None
+
+
+def _attention_kernels(events: list[dict[str, Any]], device: str) -> dict[str, int] | None:
+    """Kind -> count: GPU kernels on a GPU (what the device ran), operator calls where no kernel
+    carries the name (CPU; SDPA's math backend, which runs plain matmuls)."""
+    kernels: dict[str, int] = {}
+    ops: dict[str, int] = {}
+    for e in events:
+        cat = e.get("cat", "")
+        on_gpu = device == "cuda" and cat == "kernel"
+        if on_gpu or cat == "cpu_op":
+            kind = attention_kind(str(e.get("name", "")), on_gpu)
+            if kind:
+                into = kernels if on_gpu else ops
+                into[kind] = into.get(kind, 0) + 1
+    merged = ops
+    if device == "cuda":  # an op the device ran under its own kernel names counts as those kernels
+        merged = {**kernels, **{k: v for k, v in ops.items() if k not in kernels and k in ("math", "fa2")}}
+    return dict(sorted(merged.items(), key=lambda kv: -kv[1])) or None
 
 
 def summarize(trace: dict[str, Any], steps: int, device: str) -> TraceSummary:
@@ -99,4 +152,5 @@ def summarize(trace: dict[str, Any], steps: int, device: str) -> TraceSummary:
         d2h_bytes_per_step=d2h / n if on_gpu else None,
         collectives_per_step=len(comm) / n,
         span_sec_per_step=span_s / n,
+        attention_kernels=_attention_kernels(events, device),
     )

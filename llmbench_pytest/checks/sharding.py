@@ -36,6 +36,10 @@ def peer_key(result: Mapping[str, Any]) -> tuple[Any, ...]:
         result.get("world_size"),
         result.get("grad_ckpt"),
         result.get("device"),
+        # fp8 all-gather and a fused loss change what a rank holds: compare like with like
+        result.get("fused_loss", "none"),
+        result.get("fp8", "none"),
+        result.get("attention", "default"),
     )
 
 

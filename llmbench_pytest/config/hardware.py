@@ -32,6 +32,8 @@ class Hardware:
     cpu_cores: int = 1
     share: NodeShare | None = None
     """Under pytest-xdist: the slice of the node this worker owns (the counts above are the slice's)."""
+    compute_capability: tuple[int, int] | None = None
+    """(major, minor) of the first GPU: float8 matmuls need 8.9 or more."""
 
     @property
     def devices(self) -> int:
@@ -121,7 +123,7 @@ def _from_nvml() -> Hardware | None:
                 if not indices:
                     return None
             handle = nvml.nvmlDeviceGetHandleByIndex(indices[0])
-            major, _ = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
             return Hardware(
                 device="cuda",
                 gpu_name=text(nvml.nvmlDeviceGetName(handle)),
@@ -129,6 +131,7 @@ def _from_nvml() -> Hardware | None:
                 device_gib=nvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
                 bf16=major >= 8,
                 cpu_cores=_cpu_cores(),
+                compute_capability=(int(major), int(minor)),
             )
     except Exception:  # NvmlUnavailable, or an NVML query this driver does not answer
         return None
@@ -154,6 +157,7 @@ def detect(preference: str = "auto", local_rank: int = 0) -> Hardware:
                 device_gib=props.total_memory / 2**30,
                 bf16=props.major >= 8,
                 cpu_cores=_cpu_cores(),
+                compute_capability=(props.major, props.minor),
             )
     if found is None:
         if preference == "cuda":

@@ -17,9 +17,12 @@ from typing import TYPE_CHECKING, Any
 from .gate_bounds import GateBounds, parse_gate_bounds
 from .presets import model_names, tiers
 from .spec import (
+    ATTENTION_BACKENDS,
     DATA_SOURCES,
     DEFAULT_STRATEGIES,
     DTYPES,
+    FP8_RECIPES,
+    FUSED_LOSSES,
     OPTIMIZERS,
     STRATEGIES,
     WORKLOADS,
@@ -92,6 +95,19 @@ def _data_sources(raw: Any) -> tuple[str, ...]:
     if not items:
         raise SpecError(f"needs a data source: {', '.join(DATA_SOURCES)}, or both comma-separated")
     return tuple(dict.fromkeys(_choice(*DATA_SOURCES)(x) for x in items))
+
+
+def _axis(*choices: str) -> Callable[[Any], tuple[str, ...]]:
+    """A what-if axis: one value or several, comma-separated; each runs as its own configuration."""
+    one = _choice(*choices)
+
+    def parse(raw: Any) -> tuple[str, ...]:
+        items = _items(raw)
+        if not items:
+            raise SpecError(f"needs one or more of {', '.join(choices)}, comma-separated")
+        return tuple(dict.fromkeys(one(x) for x in items))
+
+    return parse
 
 
 def _seq_lens(raw: Any) -> tuple[int, ...]:
@@ -230,6 +246,30 @@ SETTINGS: tuple[Setting, ...] = (
         "torch.compile each transformer block before the strategy wraps the model (recorded in the result).",
         _bool,
         flag=True,
+    ),
+    Setting(
+        "fused_loss",
+        "fused linear cross-entropy: none (the model's loss over full logits), chunked (llmbench's, a "
+        "chunk of rows at a time; compiled with --llmbench-compile; runs everywhere) or liger "
+        "(liger-kernel's, CUDA only); comma-separated values each run (default: none).",
+        _axis(*FUSED_LOSSES),
+        "KIND[,KIND...]",
+    ),
+    Setting(
+        "fp8",
+        "torchao float8 training of the blocks' linear layers: none, tensorwise or rowwise (lm_head "
+        "stays 16-bit). GPUs of compute capability 8.9 or more, with --llmbench-compile; on CPU emulated, "
+        "a smoke test only; comma-separated values each run (default: none).",
+        _axis(*FP8_RECIPES),
+        "RECIPE[,RECIPE...]",
+    ),
+    Setting(
+        "attention",
+        "attention kernel for forward and backward: default (SDPA's choice), flash, cudnn, efficient, "
+        "math (that SDPA backend only) or fa2 (the flash-attn package); one the device cannot run is "
+        "skipped with the reason; comma-separated values each run (default: default).",
+        _axis(*ATTENTION_BACKENDS),
+        "BACKEND[,BACKEND...]",
     ),
     Setting(
         "profile",
@@ -439,6 +479,9 @@ class SessionOptions:
     dtype: str = "auto"
     grad_ckpt: bool = False
     compile: bool = False
+    fused_loss: tuple[str, ...] = ("none",)
+    fp8: tuple[str, ...] = ("none",)
+    attention: tuple[str, ...] = ("default",)
     profile: bool = False
     results_dir: str = "results"
     vram_limit_gb: float | None = None

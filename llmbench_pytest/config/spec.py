@@ -18,6 +18,15 @@ WORKLOADS: tuple[str, ...] = ("causal_lm", "lora", "seq2seq")
 encoder-decoder Transformer on synthetic token pairs, from memory or disk (seed 003)."""
 OPTIMIZERS: tuple[str, ...] = ("adamw_torch", "paged_adamw_8bit")
 DATA_SOURCES: tuple[str, ...] = ("memory", "disk")
+FUSED_LOSSES: tuple[str, ...] = ("none", "chunked", "liger")
+"""none: the model's own loss over materialised logits; chunked: llmbench's linear cross-entropy
+computed a chunk of rows at a time (plain torch, runs everywhere); liger: liger-kernel's fused
+linear cross-entropy (Triton, CUDA only)."""
+FP8_RECIPES: tuple[str, ...] = ("none", "tensorwise", "rowwise")
+"""torchao float8 training recipes for the blocks' linear layers (lm_head stays in 16-bit)."""
+ATTENTION_BACKENDS: tuple[str, ...] = ("default", "flash", "cudnn", "efficient", "math", "fa2")
+"""default: whatever SDPA picks; flash, cudnn, efficient, math: that SDPA backend alone
+(torch.nn.attention.sdpa_kernel); fa2: transformers' flash_attention_2 (the flash-attn package)."""
 OFFLOAD_SUFFIX = {"cpu": "_offload", "nvme": "_nvme"}
 
 
@@ -99,6 +108,16 @@ DEFAULT_STRATEGIES: tuple[str, ...] = (
 )
 
 
+def fp8_needs_compile(recipe: str) -> str:
+    """Why fp8 without --llmbench-compile is refused on a GPU, with the fix."""
+    return (
+        f"--llmbench-fp8={recipe} needs --llmbench-compile on a GPU: eager float8 casts and scales every "
+        "weight and activation in separate kernels and runs slower than bf16 (a bare loop on one H100, "
+        "llama-1b: 26.7K tokens/s eager, 102K compiled), so its figure would say fp8 is slow. Add "
+        "--llmbench-compile, or drop --llmbench-fp8."
+    )
+
+
 def offload_variants() -> list[str]:
     return [s.name + OFFLOAD_SUFFIX[o] for s in STRATEGIES.values() for o in s.offload]
 
@@ -167,6 +186,14 @@ class RunSpec:
     """Where the model trains; cuda means one GPU per rank."""
     compile: bool = False
     """torch.compile each transformer block before the strategy wraps the model."""
+    fused_loss: str = "none"
+    """How the loss meets the LM head (FUSED_LOSSES): fused losses never hold the whole
+    batch x sequence x vocabulary logits, which frees memory for a larger batch."""
+    fp8: str = "none"
+    """torchao float8 training recipe for the blocks' linear layers (FP8_RECIPES); on CPU it is
+    emulated (a smoke test of the conversion, not a speed)."""
+    attention: str = "default"
+    """Attention kernel (ATTENTION_BACKENDS), held for forward and backward of every step."""
     profile_steps: int = 0
     """Untimed steps after the window run under torch.profiler (collectives, host-device copies)."""
     trace: bool = False
@@ -205,7 +232,14 @@ class RunSpec:
                 raise SpecError(f"{name} must be a whole number of at least 1; got {value!r}.")
         if not isinstance(self.profile_steps, int) or self.profile_steps < 0:
             raise SpecError(f"profile_steps must be 0 or more; got {self.profile_steps!r}.")
-        choices = {"workload": WORKLOADS, "optimizer": OPTIMIZERS, "data": DATA_SOURCES}
+        choices = {
+            "workload": WORKLOADS,
+            "optimizer": OPTIMIZERS,
+            "data": DATA_SOURCES,
+            "fused_loss": FUSED_LOSSES,
+            "fp8": FP8_RECIPES,
+            "attention": ATTENTION_BACKENDS,
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise SpecError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}.")
@@ -229,6 +263,22 @@ class RunSpec:
             raise SpecError(f"dtype must be one of {', '.join(DTYPES)}; got {self.dtype!r}.")
         if self.offload == "nvme" and not self.nvme_path:
             raise SpecError(f"{self.name} needs a directory: pass --llmbench-nvme-path=/path/on/nvme.")
+        self._check_techniques()
+
+    def _check_techniques(self) -> None:
+        """The what-if axes: where they apply, and fp8's need for compile on a GPU."""
+        if self.workload == "seq2seq" and (self.fused_loss, self.fp8, self.attention) != (
+            "none",
+            "none",
+            "default",
+        ):
+            raise SpecError(
+                "--llmbench-fused-loss, --llmbench-fp8 and --llmbench-attention apply to the decoder "
+                "workloads (causal_lm, lora); the encoder-decoder (seq2seq) trains without them. "
+                "Leave them at their defaults for that benchmark."
+            )
+        if self.fp8 != "none" and self.device == "cuda" and not self.compile:
+            raise SpecError(fp8_needs_compile(self.fp8))
 
     @property
     def name(self) -> str:

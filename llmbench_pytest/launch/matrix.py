@@ -24,6 +24,7 @@ from ..config.presets import (
     tiers,
 )
 from ..config.spec import DEFAULT_STRATEGIES, RunSpec, SpecError, parse_strategy
+from .technique_axes import check_technique_options, technique_combos, technique_skip
 
 if TYPE_CHECKING:
     from ..config.hardware import Hardware
@@ -167,6 +168,7 @@ def build_matrix(
         # skips with the reason
         return [MatrixEntry(f"{opts.workload}-{preset.name}", None, mismatch, wrong_model=True)]
     seq_lens = _checked_inputs(opts, preset)
+    check_technique_options(opts, hw)
     common = _common_fields(opts, hw, model, tier)
     entries = []
     for name in opts.strategies:
@@ -242,7 +244,8 @@ def _strategy_entries(
     seq_lens: tuple[int, ...],
     common: dict[str, Any],
 ) -> list[MatrixEntry]:
-    """One strategy's configurations: each world size, sequence length and data source."""
+    """One strategy's configurations: each world size, sequence length, data source and
+    combination of the technique axes (technique_axes.py)."""
     info, offload = parse_strategy(name)
     # other workloads make their batches in memory: for them the option selects, so a
     # session of disk runs only (--llmbench-data=disk) skips them with the reason
@@ -254,11 +257,19 @@ def _strategy_entries(
             "selects the encoder-decoder's disk runs"
         )
     entries = []
-    for world_size, seq, source in ((w, q, d) for w in sizes for q in seq_lens for d in sources):
+    combos = technique_combos(opts)
+    for world_size, seq, source, (suffix, techniques) in (
+        (w, q, d, c) for w in sizes for q in seq_lens for d in sources for c in combos
+    ):
         test_id = f"{name}-ws{world_size}-seq{seq}-{preset.name}"
         if opts.workload == "seq2seq":
             test_id += f"-{source}"
-        skip = (_too_big(world_size, hw) if launched else None) or off_source
+        test_id += suffix
+        skip = (
+            (_too_big(world_size, hw) if launched else None)
+            or off_source
+            or technique_skip(techniques, info, opts.workload, preset, hw)
+        )
         if skip:
             entries.append(MatrixEntry(test_id, None, skip))
             continue
@@ -275,6 +286,7 @@ def _strategy_entries(
             "world_size": world_size,
             "data": source,
             "nvme_path": opts.nvme_path if offload == "nvme" else None,
+            **techniques,
         }
         entries += _variant_entries(opts, hw, test_id, base, offload)
     return entries

@@ -48,6 +48,11 @@ class ConfigKey(NamedTuple):
     grad_ckpt: bool
     compile: bool
     """torch.compile'd runs are another configuration, never repeats of eager ones."""
+    fused_loss: str
+    """The technique axes (none/default for runs that predate them): each value is its own
+    configuration; markdown_techniques.py compares them."""
+    fp8: str
+    attention: str
     workload: str
     """causal_lm, lora or seq2seq."""
     optimizer: str
@@ -85,6 +90,9 @@ def config_key(run: Run) -> ConfigKey:
         dtype=str(d.get("dtype") or "?"),
         grad_ckpt=bool(d.get("grad_ckpt")),
         compile=bool(d.get("compile")),
+        fused_loss=str(d.get("fused_loss") or "none"),
+        fp8=str(d.get("fp8") or "none"),
+        attention=str(d.get("attention") or "default"),
         workload=str(d.get("workload") or "causal_lm"),
         optimizer=str(d.get("optimizer") or "adamw_torch"),
         lora_rank=int(d.get("lora_rank") or 0),
@@ -212,6 +220,14 @@ def group_configs(runs: Iterable[Run]) -> list[Config]:
     return [Config(k, tuple(groups[k])) for k in sorted(groups, key=ConfigKey.sort_key)]
 
 
+def technique_label(key: ConfigKey) -> str:
+    """'loss chunked, fp8 tensorwise, attention flash' for the axes off their defaults; '' if none is."""
+    parts = [f"loss {key.fused_loss}" if key.fused_loss != "none" else ""]
+    parts.append(f"fp8 {key.fp8}" if key.fp8 != "none" else "")
+    parts.append(f"attention {key.attention}" if key.attention != "default" else "")
+    return ", ".join(p for p in parts if p)
+
+
 def scenario_title(key: ConfigKey) -> str:
     """'llama-1b, seq 2048, batch 4x1, bf16 on 2x NVIDIA H200' for headings and captions."""
     ckpt = (", activation checkpointing" if key.grad_ckpt else "") + (
@@ -225,6 +241,7 @@ def scenario_title(key: ConfigKey) -> str:
     nodes = f" over {key.nodes} nodes" if key.nodes > 1 else ""
     what = {"lora": f"LoRA r{key.lora_rank} on ", "seq2seq": "encoder-decoder "}.get(key.workload, "")
     extras = ckpt
+    extras += f", {technique_label(key)}" if technique_label(key) else ""
     extras += f", {key.optimizer}" if key.optimizer != "adamw_torch" else ""
     extras += ", data from disk" if key.data == "disk" else ""
     return (

@@ -1,7 +1,8 @@
 """summary/BENCHMARK_REPORT.md: the recommendation first, then the evidence.
 
 Order: what to train with (per scenario), the table, scaling with the baseline each number is
-measured against, MFU (or why there is none), what the GPU measurements say (memory against its
+measured against, MFU (or why there is none), what each technique buys (markdown_techniques.py),
+what the GPU measurements say (memory against its
 prediction, where the step's time goes, GPU health: markdown_gpu.py), failed checks, runs that did
 not finish, files that could not be read, the plots. Long lists are cut at md_table.LIST_LIMIT
 entries; metrics.csv has them all.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from . import fmt, markdown_gpu, markdown_workloads
+from . import fmt, markdown_gpu, markdown_techniques, markdown_workloads
 from .configs import Config, ConfigKey, scenario_title
 from .md_table import capped as _capped
 from .md_table import md_table as _md_table
@@ -238,6 +239,7 @@ def render(
         *_results(configs, scaling),
         *_scaling(configs, scaling),
         *_mfu(configs),
+        *markdown_techniques.render(configs),
         *markdown_gpu.render(configs, runs),
         *markdown_workloads.diagnostic(runs),
         *markdown_workloads.batch_search(runs),

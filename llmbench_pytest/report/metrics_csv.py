@@ -2,9 +2,10 @@
 
 Standard library only. Column order: seed 000's thirteen fields, then `scaling_efficiency_pct`
 (seed 000's fourteenth column), then what llmbench adds, then the GPU measurements (memory model,
-communication, host-device, NVML monitor, timing agreement), appended last so that existing
-columns keep their positions. Values are the result file's, unrounded, so a spreadsheet can redo
-any figure; a value that was not measured is an empty cell; lists are joined with ';'.
+communication, host-device, NVML monitor, timing agreement), the workloads', the batch search's
+and the technique axes', each group appended last so that existing columns keep their positions.
+Values are the result file's, unrounded, so a spreadsheet can redo any figure; a value that was
+not measured is an empty cell; lists are joined with ';'.
 """
 
 from __future__ import annotations
@@ -119,6 +120,17 @@ WORKLOAD_COLUMNS = (
     "cost_per_1m_tokens_usd",
 )
 BATCH_SEARCH_COLUMNS = ("batch_search_max_fitting", "batch_search_best", "batch_search_best_tokens_per_sec")
+# the technique axes (issue 17), appended last so that the columns above keep their positions
+TECHNIQUE_COLUMNS = (
+    "fused_loss",
+    "fp8",
+    "attention",
+    "attention_ran",
+    "mfu_note",
+    "mfu_vs_fp8_peak",
+    "fp8_layers",
+    "fused_loss_chunk_rows",
+)
 
 COLUMNS = (
     *SEED_COLUMNS,
@@ -130,6 +142,7 @@ COLUMNS = (
     *GPU_DERIVED_COLUMNS,
     *WORKLOAD_COLUMNS,
     *BATCH_SEARCH_COLUMNS,
+    *TECHNIQUE_COLUMNS,
 )
 
 
@@ -161,7 +174,23 @@ def row(run: Run, scaling: Scaling | None) -> dict[str, Any]:
     out["batch_search_max_fitting"] = search.get("max_fitting_batch")
     out["batch_search_best"] = search.get("best_batch")
     out["batch_search_best_tokens_per_sec"] = search.get("best_tokens_per_sec")
+    out.update(technique_cells(d))
     return {k: _cell(v) for k, v in out.items()}
+
+
+def technique_cells(d: Mapping[str, Any]) -> dict[str, Any]:
+    """The axes as run (defaults for results that predate them) and what the worker applied."""
+    applied = d.get("techniques") or {}
+    return {
+        "fused_loss": d.get("fused_loss") or "none",
+        "fp8": d.get("fp8") or "none",
+        "attention": d.get("attention") or "default",
+        "attention_ran": d.get("attention_ran"),
+        "mfu_note": d.get("mfu_note"),
+        "mfu_vs_fp8_peak": d.get("mfu_vs_fp8_peak"),
+        "fp8_layers": (applied.get("fp8") or {}).get("layers"),
+        "fused_loss_chunk_rows": (applied.get("fused_loss") or {}).get("chunk_rows"),
+    }
 
 
 def _joined(items: Any) -> str | None:

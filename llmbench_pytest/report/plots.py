@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import gpu_truth
 from .collect import ReportError
-from .configs import STRATEGY_ORDER, Config, ConfigKey, strategy_rank
+from .configs import STRATEGY_ORDER, Config, ConfigKey, strategy_rank, technique_label
 from .recommend import PatternRules
 
 if TYPE_CHECKING:
@@ -97,15 +97,27 @@ def panels(configs: Sequence[Config]) -> tuple[list[Panel], int]:
     for c in configs:
         k = c.key
         model = f"{k.model} ({k.workload})" if k.workload != "causal_lm" else k.model
-        panel = (model, k.seq_len, k.dtype, k.grad_ckpt, k.compile, k.hardware, k.nodes > 1)
+        panel = (
+            model,
+            k.seq_len,
+            k.dtype,
+            k.grad_ckpt,
+            k.compile,
+            technique_label(k),
+            k.hardware,
+            k.nodes > 1,
+        )
         groups.setdefault(panel, []).append(c)
     keys = sorted(groups, key=lambda g: -len(groups[g]))[:MAX_PANELS]
     out = []
     for g in sorted(keys):
-        model, seq, dtype, ckpt, compiled, hw, multi = g
+        model, seq, dtype, ckpt, compiled, techniques, hw, multi = g
         where = "CPU smoke, not a performance claim" if hw == "CPU" else hw
         flags = (
-            (", ckpt" if ckpt else "") + (", compile" if compiled else "") + (", multi-node" if multi else "")
+            (", ckpt" if ckpt else "")
+            + (", compile" if compiled else "")
+            + (f", {techniques}" if techniques else "")
+            + (", multi-node" if multi else "")
         )
         title = f"{model}, seq {seq}, {dtype}{flags}\n{where}"
         out.append(Panel(title, hw == "CPU", groups[g]))

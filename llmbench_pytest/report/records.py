@@ -44,6 +44,9 @@ class RecordKey(NamedTuple):
     optimizer: str = "adamw_torch"
     lora_rank: int = 0
     data: str = "memory"
+    fused_loss: str = "none"
+    fp8: str = "none"
+    attention: str = "default"
 
     def label(self) -> str:
         ckpt = (" ckpt" if self.grad_ckpt else "") + (" compile" if self.compile else "")
@@ -51,6 +54,9 @@ class RecordKey(NamedTuple):
         ckpt += " seq2seq" if self.workload == "seq2seq" else ""
         ckpt += f" {self.optimizer}" if self.optimizer != "adamw_torch" else ""
         ckpt += f" {self.data}" if self.data != "memory" else ""
+        ckpt += f" loss-{self.fused_loss}" if self.fused_loss != "none" else ""
+        ckpt += f" fp8-{self.fp8}" if self.fp8 != "none" else ""
+        ckpt += f" attn-{self.attention}" if self.attention != "default" else ""
         return (
             f"{self.strategy} ws{self.world_size} seq{self.seq_len} {self.model} "
             f"b{self.per_device_batch}x{self.grad_accum} {self.dtype}{ckpt}"
@@ -168,6 +174,9 @@ def key_of(d: Mapping[str, Any]) -> RecordKey:
         optimizer=str(d.get("optimizer") or "adamw_torch"),
         lora_rank=_int(d.get("lora_rank"), 0),
         data=str(d.get("data") or "memory"),
+        fused_loss=str(d.get("fused_loss") or "none"),
+        fp8=str(d.get("fp8") or "none"),
+        attention=str(d.get("attention") or "default"),
     )
 
 

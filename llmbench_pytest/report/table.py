@@ -79,8 +79,13 @@ def memory_header(configs: Sequence[Config]) -> tuple[str, bool]:
     return "peak GB", True
 
 
+FP8_MFU_NOTE = "MFU* (fp8 runs): model FLOPs against the bf16 dense peak, with the matmuls in fp8"
+
+
 def mfu_cell(c: Config) -> str:
-    return fmt.mfu(c.mfu) if c.mfu is not None else "n/a"
+    if c.mfu is None:
+        return "n/a"
+    return fmt.mfu(c.mfu) + ("*" if c.key.fp8 != "none" else "")  # * : FP8_MFU_NOTE
 
 
 Column = tuple[str, Callable[[Config], Any]]
@@ -97,6 +102,9 @@ def lead_columns(configs: Sequence[Config]) -> tuple[list[Column], list[str]]:
         ("batch", lambda c: f"{c.key.per_device_batch}x{c.key.grad_accum}"),
         ("dtype", lambda c: c.key.dtype),
         ("compile", lambda c: "yes" if c.key.compile else "no"),
+        ("fused loss", lambda c: c.key.fused_loss),
+        ("fp8", lambda c: c.key.fp8),
+        ("attention", lambda c: c.key.attention),
         ("grad ckpt", lambda c: "yes" if c.key.grad_ckpt else "no"),
         ("workload", lambda c: c.key.workload),
         ("optimizer", lambda c: c.key.optimizer),
@@ -106,6 +114,9 @@ def lead_columns(configs: Sequence[Config]) -> tuple[list[Column], list[str]]:
     # a workload knob at its default says nothing in the header line
     quiet = {
         "compile": "no",
+        "fused loss": "none",
+        "fp8": "none",
+        "attention": "default",
         "grad ckpt": "no",
         "workload": "causal_lm",
         "optimizer": "adamw_torch",
@@ -173,6 +184,8 @@ def notes(configs: Sequence[Config]) -> list[str]:
         out.append(CPU_NOTE)
     reasons = sorted({c.mfu_reason for c in configs if c.mfu is None and c.mfu_reason})
     out.extend(f"MFU n/a: {r}" for r in reasons)
+    if any(c.key.fp8 != "none" and c.mfu is not None for c in configs):
+        out.append(FP8_MFU_NOTE + ".")
     out.append(
         "scaling: T(N) / ((N/N0) x T(N0)) against ws N0 (1 where a 1-GPU run exists); weak = fixed "
         "per-device batch, strong = fixed global batch."

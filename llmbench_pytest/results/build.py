@@ -58,6 +58,7 @@ def build_result(
     return {
         **_seed_fields(spec, m, s, mean_step, tokens_per_sec, h2d_gbps),
         **_what_ran(spec, m, device, meta),
+        **_techniques(spec, m),
         "samples_per_sec": samples_per_sec,
         "tokens_per_sec_per_gpu": tokens_per_sec / spec.world_size if tokens_per_sec else None,
         **_costs(meta.get("price"), spec.world_size, samples_per_sec, tokens_per_sec),
@@ -144,6 +145,26 @@ def _what_ran(spec: RunSpec, m: Measurement, device: str, meta: dict[str, Any]) 
         "ranks_per_node": meta.get("ranks_per_node", spec.world_size),
         # pytest-xdist: which worker ran it, how many shared the node, which devices it owned
         "node_shared": meta.get("node_shared"),
+    }
+
+
+def _techniques(spec: RunSpec, m: Measurement) -> dict[str, Any]:
+    """The what-if axes as asked, what the worker applied (fp8 layers, the loss, the backend), and
+    the attention kernels the profiler saw run (GPU always; CPU with --llmbench-profile)."""
+    traces = [r["trace"] for r in m.per_rank if r.get("trace")]
+    seen = traces[0].get("attention_kernels") if traces else None
+    return {
+        "fused_loss": spec.fused_loss,
+        "fp8": spec.fp8,
+        "attention": spec.attention,
+        "attention_ran": next(iter(seen)) if seen else None,
+        "techniques": {
+            **(m.model.get("techniques") or {}),
+            "attention_kernels": seen,
+            "attention_kernels_source": f"torch.profiler over {spec.profile_steps} untimed steps, rank 0"
+            if traces
+            else None,
+        },
     }
 
 
@@ -250,6 +271,22 @@ def _flops(
         "mfu": mfu_value,
         "mfu_reason": None if mfu_value is not None else reason,
         "peak_tflops": peak_info,
+        **_fp8_mfu(spec, m.env.get("gpu_name"), tflops, peak_info),
+    }
+
+
+def _fp8_mfu(
+    spec: RunSpec, gpu_name: str | None, tflops: float | None, peak_info: dict[str, Any] | None
+) -> dict[str, Any]:
+    """fp8 runs keep MFU against the bf16 dense peak (so they compare with bf16 runs, as torchtitan
+    counts), labelled, and add MFU against the GPU's fp8 dense peak (as llm-foundry counts)."""
+    if spec.fp8 == "none":
+        return {"mfu_note": None, "mfu_vs_fp8_peak": None}
+    against = f"the {peak_info['tflops']:g} TFLOP/s {spec.dtype} dense peak" if peak_info else "the bf16 peak"
+    fp8_peak = gpu_peak(gpu_name, "fp8") if gpu_name else None
+    return {
+        "mfu_note": f"model FLOPs against {against}; matmuls in fp8 ({spec.fp8}): not a bf16 result",
+        "mfu_vs_fp8_peak": mfu(tflops, fp8_peak.tflops) if (tflops is not None and fp8_peak) else None,
     }
 
 

@@ -10,13 +10,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("ok", "oom", "error", "interrupted", "running")
+STATUSES = ("ok", "oom", "error", "interrupted", "running", "unavailable")
 
 
 @dataclass
 class Measurement:
     status: str
-    """ok, oom (out of memory), error, or interrupted."""
+    """ok, oom (out of memory), error, interrupted, or unavailable (a technique this device or
+    install cannot run: the test is skipped with the reason)."""
     error: str | None = None
     """The first failing rank's message, prefixed with its rank."""
     failed_ranks: list[int] = field(default_factory=list)

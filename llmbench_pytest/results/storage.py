@@ -1,8 +1,9 @@
 """Where a run's files live and how they are written: never overwritten, never half-written.
 
 Standard library only. Files go where seed 000 puts them
-(`results/bench-<host>-<strategy>-ws<N>-seq<L>.log` and `..._results/result.json`); a run claims
-its directory with an atomic mkdir and never reuses an earlier one (a second run of the same
+(`results/bench-<host>-<strategy>-ws<N>-seq<L>.log` and `..._results/result.json`; a technique
+off its default adds `-loss_chunked`, `-fp8_tensorwise`, `-attn_flash`); a run claims its
+directory with an atomic mkdir and never reuses an earlier one (a second run of the same
 configuration gets `-r2`, `-r3`, ...). Every write is write-then-rename, here and in the ranks'
 heartbeat files (worker/progress.py).
 """
@@ -51,6 +52,13 @@ def claim_run_paths(results_dir: Path, spec: RunSpec, host: str | None = None) -
     """Create this run's result directory; an existing one (an earlier run) is never reused."""
     results_dir.mkdir(parents=True, exist_ok=True)
     stem = f"bench-{host or short_host()}-{spec.name}-ws{spec.world_size}-seq{spec.seq_len}"
+    # the technique axes off their defaults name the run, so its folder does not read as a repeat
+    for prefix, value, default in (
+        ("loss", spec.fused_loss, "none"),
+        ("fp8", spec.fp8, "none"),
+        ("attn", spec.attention, "default"),
+    ):
+        stem += f"-{prefix}_{value}" if value != default else ""
     for k in range(1, 10_000):
         base = results_dir / (stem if k == 1 else f"{stem}-r{k}")
         try:

@@ -158,6 +158,8 @@ class LlmbenchFixture:
             if run["status"] != "ok":
                 break
         result = runs[-1]
+        if result["status"] == "unavailable":  # a technique this device or install cannot run
+            pytest.skip(f"{spec.name}: {result['error']}")
         if search is not None:
             result.data["batch_search"] = search.to_dict()
             if result.paths is not None:
@@ -211,6 +213,8 @@ class LlmbenchFixture:
                 paths = claim_run_paths(self.session.results_dir / ".batch-search", spec)
             m = self._measure(paths, self._meta(), spec)
             data = build_result(spec, m, {})
+            if m.status == "unavailable":
+                pytest.skip(f"{spec.name}: {m.error}")
             if m.status not in ("ok", "oom"):
                 raise batch_search.SearchAborted(f"batch {batch}: {m.status}: {m.error}")
             memory = checks.check_memory(data, limit)

@@ -43,6 +43,10 @@ EXTRA_KEYS = (
     # copy only with --benchmark-save-data)
     "step_times_sec",
     "node_shared",
+    # the technique axes: the gate keys a saved run's configurations by them (report/records.py)
+    "fused_loss",
+    "fp8",
+    "attention",
 )
 
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ..analysis.flops import FlopsModel
+    from .techniques import Techniques
 
 
 @dataclass
@@ -29,3 +30,5 @@ class BuiltModel:
     """The repeated transformer block, the unit FSDP shards and checkpointing recomputes."""
     hidden_size: int
     summary: dict[str, Any] = field(default_factory=dict)
+    techniques: Techniques | None = None
+    """What techniques.apply_techniques changed (fp8, fused loss, attention), undone at close."""

@@ -18,6 +18,7 @@ from torch import nn
 from ..analysis.flops import FlopsModel
 from .built import BuiltModel
 from .seq2seq import build_seq2seq
+from .techniques import apply_techniques
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -165,4 +166,4 @@ WORKLOADS: dict[str, Callable[[RunSpec, ModelPreset, torch.device], BuiltModel]]
 
 
 def build_model(spec: RunSpec, preset: ModelPreset, device: torch.device) -> BuiltModel:
-    return WORKLOADS[spec.workload](spec, preset, device)
+    return apply_techniques(WORKLOADS[spec.workload](spec, preset, device), spec, device)

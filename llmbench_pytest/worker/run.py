@@ -27,6 +27,7 @@ from .models import build_model
 from .probes import h2d_link_gbps
 from .seq2seq_data import make_epoch_data
 from .strategies import make_strategy
+from .techniques import TechniqueUnavailable
 
 if TYPE_CHECKING:
     import logging
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 
 def classify(exc: BaseException) -> str:
+    if isinstance(exc, TechniqueUnavailable):
+        return "unavailable"  # skipped with the reason, not failed
     if isinstance(exc, torch.OutOfMemoryError):
         return "oom"
     text = str(exc).lower()
@@ -100,7 +103,8 @@ def run_benchmark(
         else:
             samples = timed_loop(strategy, batches, spec, ctx.device, log, ctx.rank, trace_path)
     except Exception as exc:
-        status, error = classify(exc), f"rank {ctx.rank}: {_describe_error(exc)}"
+        status = classify(exc)
+        error = f"rank {ctx.rank}: {exc if status == 'unavailable' else _describe_error(exc)}"
         log.error("%s failed (%s): %s", spec.name, status, error)
         if exc.__traceback__ is not None:
             traceback.clear_frames(exc.__traceback__)  # frames would keep the model alive

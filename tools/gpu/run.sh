@@ -29,5 +29,8 @@ for f in sorted(glob.glob(sys.argv[1] + "/*_results/result.json")):
              f"$/1k {d.get('cost_per_1k_samples_usd') or 0:.4f} " if d.get("workload") == "lora" else "")
           + (f"{d.get('data')} epoch-samples/s {d.get('epoch_samples_per_sec') or 0:.0f} "
              f"wait {d.get('data_wait_fraction') or 0:.3f} idle {d.get('idle_fraction') or 0:.3f} " if d.get("epochs") else "")
+          + (f"loss {d.get('fused_loss')} fp8 {d.get('fp8')} attn {d.get('attention')} ran {d.get('attention_ran')} "
+             f"compile {d.get('compile')} mfu/fp8peak {d.get('mfu_vs_fp8_peak') or 0:.3f} "
+             if (d.get('fused_loss'), d.get('fp8'), d.get('attention')) != ('none', 'none', 'default') or d.get('attention_ran') else "")
           + f"{(d['error'] or '')[:200]}")
 PY

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from ..techniques import close_techniques
 from .base import autocast, compile_blocks, make_optimizer, optimizer_kind
 
 if TYPE_CHECKING:
@@ -59,4 +60,5 @@ class DDPStrategy:
         }
 
     def close(self) -> None:
+        close_techniques(getattr(self, "built", None))
         self.model = self.optimizer = None  # type: ignore[assignment]

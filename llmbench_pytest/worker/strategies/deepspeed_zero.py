@@ -14,6 +14,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..techniques import close_techniques
 from .base import compile_blocks, make_optimizer
 
 if TYPE_CHECKING:
@@ -160,6 +161,7 @@ class DeepSpeedStrategy:
         return out
 
     def close(self) -> None:
+        close_techniques(getattr(self, "built", None))
         engine = getattr(self, "engine", None)
         if engine is not None and hasattr(engine, "destroy"):
             engine.destroy()  # removes its hooks so the module and buffers can be freed

@@ -14,6 +14,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
+from ..techniques import close_techniques
 from .base import AMP_DTYPES, compile_blocks, make_optimizer, optimizer_kind
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ class FSDPStrategy:
             self.scaler.update()
         else:
             self.optimizer.step()
+        if self.built.techniques is not None:
+            self.built.techniques.after_optimizer_step(self.model)  # fp8 all-gather: the new scales
         self.optimizer.zero_grad(set_to_none=True)
 
     def describe(self) -> dict[str, Any]:
@@ -76,4 +79,5 @@ class FSDPStrategy:
         }
 
     def close(self) -> None:
+        close_techniques(getattr(self, "built", None))
         self.model = self.optimizer = None  # type: ignore[assignment]
