@@ -6,7 +6,6 @@ Standard library and tabulate (through md_table). Sections are absent when no ru
 
 from __future__ import annotations
 
-import statistics
 from typing import TYPE_CHECKING, Any
 
 from ..analysis.stats import mean_of
@@ -187,11 +186,11 @@ def _disk_cost(memory: list[Run], disk: list[Run]) -> list[str]:
     slow = [r.data["epoch_samples_per_sec"] for r in disk if r.data.get("epoch_samples_per_sec")]
     if not fast or not slow:
         return []
-    mean_fast, mean_slow = statistics.fmean(fast), statistics.fmean(slow)
+    mean_fast, mean_slow = mean_of(fast) or 0.0, mean_of(slow) or 0.0
     repeats = ""
     if len(fast) > 1 or len(slow) > 1:
         spreads = [
-            f"{fmt.pct((max(xs) - min(xs)) / statistics.fmean(xs))} ({source})"
+            f"{fmt.pct((max(xs) - min(xs)) / (mean_of(xs) or 1.0))} ({source})"
             for source, xs in (("disk", slow), ("memory", fast))
             if len(xs) > 1
         ]

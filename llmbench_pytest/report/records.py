@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..analysis.stats import mean_of, relative_spread
 from .collect import ReportError, commits_of, find_result_files, load_results
 
 
@@ -232,13 +232,6 @@ def record_from_result(d: Mapping[str, Any], source: str) -> Record:
     )
 
 
-def _rel_spread(values: list[float]) -> float | None:
-    if len(values) < 2:
-        return None
-    mean = statistics.fmean(values)
-    return statistics.stdev(values) / mean if mean else None
-
-
 def merge_repeats(records: Iterable[Record]) -> list[Record]:
     """One record per configuration and hardware; repeats give means and their spread."""
     groups: dict[tuple[RecordKey, str], list[Record]] = {}
@@ -254,8 +247,7 @@ def merge_repeats(records: Iterable[Record]) -> list[Record]:
         # `repeats` summary one of them carries would count the same runs twice
 
         def mean(attr: str, rs: list[Record] = ok) -> float | None:
-            xs = [getattr(r, attr) for r in rs if getattr(r, attr) is not None]
-            return statistics.fmean(xs) if xs else None
+            return mean_of(getattr(r, attr) for r in rs)
 
         mems = [r.peak_memory_gb for r in ok if r.peak_memory_gb is not None]
         steps = [r.step_time for r in ok if r.step_time is not None]
@@ -274,8 +266,8 @@ def merge_repeats(records: Iterable[Record]) -> list[Record]:
                 gpu_name=first.gpu_name,
                 source=f"{len(ok)} runs ({first.source}, ...)",
                 repeats=len(ok),
-                repeat_step_time_cv=_rel_spread(steps),
-                repeat_memory_cv=_rel_spread(mems),
+                repeat_step_time_cv=relative_spread(steps),
+                repeat_memory_cv=relative_spread(mems),
                 run_step_times=tuple(steps) if len(steps) > 1 else (),
                 # a peak missing from one run would pair the others' peaks with the wrong runs' times
                 run_peaks=tuple(mems) if len(mems) == len(ok) > 1 else (),
