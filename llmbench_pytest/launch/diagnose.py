@@ -90,14 +90,19 @@ def describe_exit(code: int) -> str:
     return f"exit code {code}"
 
 
-def hang(rank_logs: list[Path], quiet: list[tuple[int, float, str]], limit: float) -> Measurement:
+def hang(
+    rank_logs: list[Path], quiet: list[tuple[int, float, str]], limit: float, warm: bool = False
+) -> Measurement:
     quiet = sorted(quiet, key=lambda q: -q[1])
     parts = []
     for rank, seconds, message in quiet:
         log = rank_logs[rank]
+        where = ""
+        if warm and message == "never started":
+            where = " (a warm rank that never took up this configuration: it was stuck in the previous one)"
         parts.append(
-            f"rank {rank} made no progress for {seconds:.0f} s (limit {limit:.0f} s; last: {message!r}); "
-            f"last lines of {log.name}:\n{tail(log)}"
+            f"rank {rank} made no progress for {seconds:.0f} s (limit {limit:.0f} s; last: {message!r})"
+            f"{where}; last lines of {log.name}:\n{tail(log)}"
         )
     return Measurement(
         status="error",

@@ -163,7 +163,8 @@ def _watch(
         quiet = quiet_ranks(progress, started, limit)
         if quiet:
             group.end()
-            return hang([launch.rank_log(r) for r in range(launch.world_size)], quiet, limit)
+            logs = [launch.rank_log(r) for r in range(launch.world_size)]
+            return hang(logs, quiet, limit, warm=launch.timings.get("ranks") == "warm")
         try:
             beat = read_heartbeat(progress[0])
         except OSError:

@@ -74,8 +74,9 @@ def build_causal_lm(
     from transformers import AutoModelForCausalLM
 
     config = _config(preset)
+    precision = {"dtype": dtype} if dtype is not None else {}
     with on_device(device, spec.seed):
-        module = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
+        module = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", **precision)
     if spec.grad_ckpt:
         module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     module.train()
