@@ -92,11 +92,12 @@ class RankPool:
         try:
             measurement = _watch(group, launch, timeout_s, on_progress)
         except BaseException:  # Ctrl-C, SIGTERM, or anything else: no rank outlives us
+            group.end()
+            _copy_agent_output(group, offset, launch.log_path)
             self.close(graceful=False)
             raise
-        finally:
-            launch.timings["total_sec"] = time.monotonic() - t0
-            agent_text = _copy_agent_output(group, offset, launch.log_path)
+        launch.timings["total_sec"] = time.monotonic() - t0
+        agent_text = _copy_agent_output(group, offset, launch.log_path)
         if measurement is None:  # the group died before rank 0 reported
             logs = [launch.rank_log(r) for r in range(launch.world_size)]
             measurement = crash(logs, launch.log_path, agent_text, group.proc.returncode)
