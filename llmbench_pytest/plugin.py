@@ -256,7 +256,9 @@ def pytest_report_header(config: pytest.Config) -> str:
     s = get_session(config)
     where = {
         "in-rank": f"rank {s.env.rank} of {s.world_size} (torchrun)",
-        "launcher": "a torchrun group per configuration",
+        "launcher": "a torchrun group per configuration"
+        if s.options.isolate
+        else "torchrun groups, ranks kept warm per world size",
         "in-process": "world size 1 in this process",
     }[s.mode]
     note = ""

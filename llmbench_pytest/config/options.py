@@ -73,6 +73,14 @@ def _fraction(raw: Any) -> float:
     return value / 100 if pct else value
 
 
+def _precision(raw: Any) -> float:
+    """A relative half-width below 100%: '1%' or '0.01' -> 0.01."""
+    value = _fraction(raw)
+    if value >= 1:
+        raise SpecError(f"must be below 1 (100 percent); got {raw!r}: pass 0.01 or 1% for +-1%")
+    return value
+
+
 def _items(raw: Any) -> list[str]:
     if isinstance(raw, (list, tuple)):
         return [str(x).strip() for x in raw if str(x).strip()]
@@ -224,7 +232,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("grad_accum", "micro-steps per optimizer step (default: 1).", _positive_int, "N"),
     Setting(
         "steps",
-        "measured optimizer steps (default: 10 on CPU, 30 on GPU; the encoder-decoder counts epochs).",
+        "measure exactly this many optimizer steps instead of measuring until the mean step time is "
+        "known to --llmbench-precision (default: adaptive; the encoder-decoder counts epochs).",
         _positive_int,
         "N",
     ),
@@ -233,6 +242,34 @@ SETTINGS: tuple[Setting, ...] = (
         "unmeasured steps first (default: 2 on CPU, 5 on GPU; the encoder-decoder: warm-up epochs).",
         _non_negative_int,
         "N",
+    ),
+    Setting(
+        "precision",
+        "adaptive measurement: measure until the 95% confidence interval of the mean step time (slowest "
+        "rank per step, outliers clipped, correlated steps allowed for) is within +- this fraction: 0.01 "
+        "or 1 percent (default: 0.01).",
+        _precision,
+        "FRACTION",
+    ),
+    Setting(
+        "min_steps",
+        "adaptive measurement: measure at least this many steps (default: 10 on GPU, 6 on CPU).",
+        _positive_int,
+        "N",
+    ),
+    Setting(
+        "max_steps",
+        "adaptive measurement: stop after this many steps even if the precision is not reached; the "
+        "result says which it was (default: 100 on GPU, 12 on CPU).",
+        _positive_int,
+        "N",
+    ),
+    Setting(
+        "isolate",
+        "start a fresh torchrun group for every configuration instead of keeping the ranks of a world "
+        "size warm from one configuration to the next (launcher mode).",
+        _bool,
+        flag=True,
     ),
     Setting(
         "dtype",
@@ -476,6 +513,10 @@ class SessionOptions:
     grad_accum: int = 1
     steps: int | None = None
     warmup: int | None = None
+    precision: float = 0.01
+    min_steps: int | None = None
+    max_steps: int | None = None
+    isolate: bool = False
     dtype: str = "auto"
     grad_ckpt: bool = False
     compile: bool = False

@@ -165,9 +165,14 @@ class RunSpec:
     grad_accum: int = 1
     """Micro-steps per optimizer step."""
     steps: int
-    """Measured optimizer steps."""
+    """Measured optimizer steps: exactly these, or at most these when min_steps is set."""
     warmup: int
     """Optimizer steps run first and left out of every statistic."""
+    min_steps: int = 0
+    """Adaptive measurement when above 0: at least this many steps, then until the mean step time
+    is known to `precision`, at most `steps`. 0: exactly `steps` steps."""
+    precision: float = 0.01
+    """Adaptive measurement's target: the relative half-width of the mean's 95% interval."""
     dtype: Dtype
     """Compute precision: bf16 or fp16 mixed precision with fp32 master weights, or fp32."""
     world_size: int = 1
@@ -230,6 +235,15 @@ class RunSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"{name} must be a whole number of at least 1; got {value!r}.")
+        if self.min_steps and not 2 <= self.min_steps <= self.steps:
+            raise SpecError(
+                f"min_steps {self.min_steps} must be between 2 and the step cap {self.steps}: "
+                "an interval needs two steps, and the cap bounds the measurement."
+            )
+        if not 0 < self.precision < 1:
+            raise SpecError(
+                f"precision must be between 0 and 1 (a fraction of the mean); got {self.precision!r}."
+            )
         if not isinstance(self.profile_steps, int) or self.profile_steps < 0:
             raise SpecError(f"profile_steps must be 0 or more; got {self.profile_steps!r}.")
         choices = {

@@ -30,10 +30,48 @@ if TYPE_CHECKING:
     from ..config.hardware import Hardware
     from ..config.options import SessionOptions
 
-CPU_STEPS, CPU_WARMUP = 10, 2
-GPU_STEPS, GPU_WARMUP = 30, 5
+CPU_WARMUP, CPU_MIN_STEPS, CPU_MAX_STEPS = 2, 6, 12
+GPU_WARMUP, GPU_MIN_STEPS, GPU_MAX_STEPS = 5, 10, 100
+"""Adaptive measurement (analysis/stats.mean_interval): at least MIN steps, then until the mean
+step time is known to --llmbench-precision, at most MAX. A GPU step of a 1B model is steady to a
+fraction of a percent, so 10 to 20 steps usually reach +-1%; CPU steps on a shared machine swing by
+tens of percent, so the CPU cap keeps the matrix short and the result says the precision reached."""
 PROFILED_STEPS = 2
-"""Untimed steps under the profiler after the window: always on GPU, on CPU with --llmbench-profile."""
+"""Untimed steps under the profiler after the window, where they measure something the report
+shows (profile_steps_for)."""
+
+
+def profile_steps_for(opts: SessionOptions, cuda: bool, world_size: int, offload: str) -> int:
+    """Profiled steps run where the report shows what they measure: time in collectives and its
+    exposed part (world size 2 or more on a GPU), the host-device traffic of offload (a GPU);
+    always with --llmbench-profile. A one-GPU run without offload has no collective, and its
+    input copies are counted in the window without a profiler."""
+    if opts.profile:
+        return PROFILED_STEPS
+    return PROFILED_STEPS if cuda and (world_size >= 2 or offload != "none") else 0
+
+
+def _measurement_fields(opts: SessionOptions, cuda: bool) -> dict[str, Any]:
+    """steps, min_steps and precision: a fixed count with --llmbench-steps, else adaptive."""
+    adaptive = {"min_steps": opts.min_steps, "max_steps": opts.max_steps}
+    given = [f"--llmbench-{k.replace('_', '-')}={v}" for k, v in adaptive.items() if v is not None]
+    if opts.workload == "seq2seq":  # measured in epochs: the dataset decides the steps (with_epoch_steps)
+        return {"steps": opts.steps or 1, "min_steps": 0, "precision": opts.precision}
+    if opts.steps:
+        if given:
+            raise SpecError(
+                f"--llmbench-steps={opts.steps} measures a fixed count; {' and '.join(given)} bound(s) "
+                "adaptive measurement. Pass one or the other."
+            )
+        return {"steps": opts.steps, "min_steps": 0, "precision": opts.precision}
+    low = opts.min_steps or (GPU_MIN_STEPS if cuda else CPU_MIN_STEPS)
+    cap = opts.max_steps or (GPU_MAX_STEPS if cuda else CPU_MAX_STEPS)
+    if low > cap:
+        raise SpecError(
+            f"adaptive measurement needs --llmbench-min-steps ({low}) <= --llmbench-max-steps ({cap}): "
+            f"raise --llmbench-max-steps to {low} or more, or lower --llmbench-min-steps."
+        )
+    return {"steps": cap, "min_steps": max(2, low), "precision": opts.precision}
 
 
 @dataclass(frozen=True)
@@ -154,7 +192,7 @@ def diagnostic_variants(base: dict[str, Any]) -> list[tuple[str, dict[str, Any]]
 def build_matrix(
     opts: SessionOptions, hw: Hardware, sizes: list[int], launched: bool = False
 ) -> list[MatrixEntry]:
-    """Every (strategy, world size, sequence length) of one benchmark test, in that order, each
+    """Every (world size, strategy, sequence length) of one benchmark test, in that order, each
     expanded into seed 001's diagnostic variants with --llmbench-diagnostic.
 
     `launched`: the world sizes are started by the launcher here, so sizes beyond this machine's
@@ -171,8 +209,11 @@ def build_matrix(
     check_technique_options(opts, hw)
     common = _common_fields(opts, hw, model, tier)
     entries = []
-    for name in opts.strategies:
-        entries += _strategy_entries(opts, hw, sizes, launched, name, preset, seq_lens, common)
+    # world size first: consecutive configurations share a world size, so the launcher's warm ranks
+    # serve them one after another instead of being restarted at every change of world size
+    for size in sizes:
+        for name in opts.strategies:
+            entries += _strategy_entries(opts, hw, [size], launched, name, preset, seq_lens, common)
     return entries
 
 
@@ -210,7 +251,7 @@ def _common_fields(opts: SessionOptions, hw: Hardware, model: str, tier: str) ->
     return {
         "model": model,
         "grad_accum": opts.grad_accum,
-        "steps": opts.steps or (GPU_STEPS if cuda else CPU_STEPS),
+        **_measurement_fields(opts, cuda),
         "warmup": opts.warmup if opts.warmup is not None else (GPU_WARMUP if cuda else CPU_WARMUP),
         "dtype": dtype,
         "grad_ckpt": opts.grad_ckpt,
@@ -219,7 +260,6 @@ def _common_fields(opts: SessionOptions, hw: Hardware, model: str, tier: str) ->
         "seed": opts.seed,
         "device": hw.device,
         "compile": opts.compile,
-        "profile_steps": PROFILED_STEPS if (cuda or opts.profile) else 0,
         "trace": opts.profile,
         "workload": opts.workload,
         "model_config": opts.model_config,
@@ -279,6 +319,7 @@ def _strategy_entries(
             continue
         base = {
             **common,
+            "profile_steps": profile_steps_for(opts, hw.device == "cuda", world_size, offload),
             "strategy": info.name,
             "offload": offload,
             "seq_len": seq,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..analysis import comm_model, memory_model
 from ..analysis.flops import mfu, tflops_per_gpu
-from ..analysis.stats import StepStats, mean_of
+from ..analysis.stats import StepStats, mean_interval, mean_of
 from ..config.presets import gpu_peak
 from .measurement import Measurement
 from .schema import GB, SCHEMA_VERSION
@@ -110,7 +110,7 @@ def _seed_fields(
         "rank": 0,
         "seq_len": spec.seq_len,
         "tier": spec.tier,
-        "steps": spec.steps if mean_step is not None else 0,
+        "steps": len(m.step_times) if mean_step is not None else 0,  # adaptive: as many as measured
         "per_device_batch": spec.per_device_batch,
         "grad_accum": spec.grad_accum,
         "tokens_per_sec": tokens_per_sec,
@@ -291,14 +291,39 @@ def _fp8_mfu(
 
 
 def _timing(m: Measurement, meta: dict[str, Any]) -> dict[str, Any]:
+    """How the configuration was timed, and where its wall time went: the ranks' start (warm or
+    fresh, in `launch`), setup phases, DeepSpeed ops built or loaded (apart: paid once per
+    machine), the measured window with its steps, the precision reached and why it stopped."""
+    ops = m.timing.get("ops") or {}
     return {
         "method": m.timing_method,
         "window_sec": m.window_s,
         "sum_of_steps_sec": sum(m.step_times) if m.step_times else None,
         "setup_sec": m.setup_s,
+        "setup_phases": m.timing.get("phases"),
+        "ops": ops or None,
+        "ops_build_sec": sum(o["sec"] for o in ops.values() if o.get("compiled")) if ops else None,
+        "measurement": _measurement(m),
+        "rank_process": m.timing.get("rank_process"),
         "launch": meta.get("launch"),
         # CUDA events summed over the steps against the host clock around the window
         "events_vs_clock": (sum(m.step_times) / m.window_s - 1) if (m.step_times and m.window_s) else None,
+    }
+
+
+def _measurement(m: Measurement) -> dict[str, Any] | None:
+    """The measured steps, the mean's 95% interval over them, and why the window ended: a fixed
+    count, the epochs, the precision reached, or the cap reached first."""
+    plan = m.timing.get("measurement")
+    if not m.ok or not m.step_times or plan is None:
+        return None
+    interval = mean_interval(m.step_times)
+    return {
+        **plan,
+        "steps": len(m.step_times),
+        "stopped": m.timing.get("stopped"),
+        "precision": _finite(interval.relative) if interval else None,
+        "effective_steps": interval.effective_steps if interval else None,
     }
 
 
@@ -420,6 +445,7 @@ def _epochs(spec: RunSpec, m: Measurement) -> dict[str, Any]:
 def _rank_view(r: dict[str, Any]) -> dict[str, Any]:
     return {
         "rank": r.get("rank"),
+        "pid": r.get("pid"),
         "status": r.get("status"),
         "mean_step_time_sec": r.get("mean_step_time_sec"),
         "model_state_gb": _gb(r.get("census_bytes")),

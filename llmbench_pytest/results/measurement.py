@@ -36,6 +36,9 @@ class Measurement:
     setup_s: float | None = None
     """Seconds to build the model and wrap it (not part of any throughput figure)."""
     env: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, Any] = field(default_factory=dict)
+    """Where the configuration's time went in the ranks: setup phases (build, wrap, data, probe),
+    DeepSpeed ops built or loaded, the measurement's plan and why it stopped."""
 
     @property
     def ok(self) -> bool:

@@ -24,14 +24,14 @@ from ..analysis.stats import mean_of, spread_of
 from ..config.datasets import with_epoch_steps
 from ..config.presets import tiers
 from ..launch import batch_search
-from ..launch.launcher import Launch, run_group
+from ..launch.launcher import Launch
 from ..results.build import build_result, now_iso, placeholder
 from ..results.schema import RunResult
 from ..results.storage import RunPaths, claim_run_paths, write_json_atomic
 from . import recording
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from ..config.spec import RunSpec
     from ..results.measurement import Measurement
@@ -40,6 +40,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("llmbench")
 TRIAL_STEPS = 3
 """Measured steps of one batch-search trial: enough for tokens/s, short enough to try many sizes."""
+
+
+class ForwardProgress(logging.Handler):
+    """In-process and in-rank sessions: the run's progress records, to the progress display."""
+
+    def __init__(self, on_progress: Callable[[dict[str, Any]], None]) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.on_progress = on_progress
+
+    def emit(self, record: logging.LogRecord) -> None:
+        progress = getattr(record, "progress", None)
+        if progress is not None:
+            self.on_progress({"message": record.getMessage(), **progress})
 
 
 class LlmbenchWarning(UserWarning):
@@ -74,35 +87,41 @@ class LlmbenchFixture:
             "node_shared": self.session.node_shared(),
         }
 
-    def _measure(self, paths: RunPaths | None, meta: dict[str, Any], spec: RunSpec) -> Measurement:
-        """One run of `spec`, by whichever means the session starts ranks."""
+    def _measure(
+        self,
+        paths: RunPaths | None,
+        meta: dict[str, Any],
+        spec: RunSpec,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> Measurement:
+        """One run of `spec`, by whichever means the session starts ranks; `on_progress` gets rank
+        0's progress records (worker/progress.py) as they come."""
         from_rootdir = str(self.request.config.rootpath)
         if self.session.mode == "launcher":
             assert paths is not None
             launch = Launch(run_dir=paths.directory, log_path=paths.log, world_size=spec.world_size)
             try:
-                return run_group(
-                    spec,
-                    launch,
-                    self.session.options.timeout,
-                    from_rootdir,
-                    self.session.progress.on_progress,
-                )
+                ranks = self.session.ranks()
+                return ranks.run(spec, launch, self.session.options.timeout, from_rootdir, on_progress)
             finally:
                 meta["launch"] = launch.timings
         from ..worker.run import run_benchmark
 
-        handler = None
+        handlers: list[logging.Handler] = []
         if paths is not None:
-            handler = logging.FileHandler(paths.log)
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            to_file = logging.FileHandler(paths.log)
+            to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            handlers.append(to_file)
+        if on_progress is not None:
+            handlers.append(ForwardProgress(on_progress))
+        for handler in handlers:
             log.addHandler(handler)
         log.setLevel(logging.INFO)
         try:
             trace_dir = paths.directory if paths is not None else None
             return run_benchmark(spec, self.session.dist(), log, from_rootdir, trace_dir)
         finally:
-            if handler is not None:
+            for handler in handlers:
                 log.removeHandler(handler)
                 handler.close()
 
@@ -117,7 +136,7 @@ class LlmbenchFixture:
             write_json_atomic(paths.result, placeholder(spec, "running", meta))
         log.info("%s (run %d of %d): %s", self.request.node.nodeid, index, count, spec.to_dict())
         try:
-            measurement = self._measure(paths, meta, spec)
+            measurement = self._measure(paths, meta, spec, self.session.progress.on_progress)
         except BaseException as exc:  # Ctrl-C or SIGTERM: leave a truthful record, then stop
             if paths is not None:
                 meta["finished_at"] = now_iso()
@@ -198,7 +217,7 @@ class LlmbenchFixture:
         opts = self.session.options
         cap = opts.max_batch or (256 if self.spec.device == "cuda" else 16)
         limit = self.memory_limit_gb()
-        trial_base = self.spec.replace(steps=TRIAL_STEPS, warmup=1, profile_steps=0, trace=False)
+        trial_base = self.spec.replace(steps=TRIAL_STEPS, min_steps=0, warmup=1, profile_steps=0, trace=False)
         if self.spec.workload == "seq2seq":
             # an epoch-based trial: a warm-up epoch and a measured one, TRIAL_STEPS steps each,
             # from memory (what fits does not depend on the source; no dataset per trial on disk)

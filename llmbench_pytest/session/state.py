@@ -17,6 +17,7 @@ from .progress import Quiet
 if TYPE_CHECKING:
     from ..config.options import SessionOptions
     from ..config.ranks import RankEnv
+    from ..launch.launcher import RankPool
     from ..worker.dist import DistContext
     from .progress import Progress
 
@@ -28,6 +29,7 @@ class LlmbenchSession:
         self.env = env
         self.results_dir = Path(config.invocation_params.dir, options.results_dir)
         self._ctx: DistContext | None = None
+        self._ranks: RankPool | None = None
         self._peers: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
         self.result_paths: list[Path] = []
         self.interrupted = False
@@ -74,13 +76,25 @@ class LlmbenchSession:
             self._ctx = dist.init(self.env, self.hardware().device, self.options.timeout)
         return self._ctx
 
+    def ranks(self) -> RankPool:
+        """Launcher mode's torchrun groups, warm across configurations (made on first use)."""
+        if self._ranks is None:
+            from ..launch.launcher import RankPool
+
+            self._ranks = RankPool(self.results_dir, isolate=self.options.isolate)
+        return self._ranks
+
     @property
     def dist_started(self) -> bool:
         return self._ctx is not None
 
     def shutdown(self) -> None:
         """Leave together: torchrun kills the other ranks as soon as one exits with an error,
-        so no rank may exit before rank 0 has saved and printed everything."""
+        so no rank may exit before rank 0 has saved and printed everything. In launcher mode, the
+        warm ranks are asked to leave (an interrupted session ends them at once)."""
+        if self._ranks is not None:
+            self._ranks.close(graceful=not self.interrupted)
+            self._ranks = None
         if self._ctx is not None:
             from ..worker import dist
 

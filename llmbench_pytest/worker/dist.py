@@ -29,6 +29,10 @@ class DistContext:
     backend: str
     control: dist.ProcessGroup
     """gloo group over all ranks for the plugin's CPU-side coordination."""
+    steps: dist.ProcessGroup | None
+    """gloo group for the measurement's check points only (None at world size 1). Its own group: a
+    rank that failed mid-window never reaches the next check point, and its peers must then wait
+    out the timeout there, never pair that check point with the failed rank's next collective."""
     timeout_s: float
     created: bool
     """True when this module initialised the default group (and so must destroy it)."""
@@ -83,8 +87,42 @@ def init(env: RankEnv, device_kind: str, timeout_s: float) -> DistContext:
     # timeout, so it must outlast that timeout, or a rank would give up on its peers first
     control = dist.new_group(backend="gloo", timeout=timeout * 2 + datetime.timedelta(seconds=60))
     return DistContext(
-        env=env, device=device, backend=backend, control=control, timeout_s=timeout_s, created=created
+        env=env,
+        device=device,
+        backend=backend,
+        control=control,
+        steps=_steps_group(env.world_size, timeout),
+        timeout_s=timeout_s,
+        created=created,
     )
+
+
+def _steps_group(world_size: int, timeout: datetime.timedelta) -> dist.ProcessGroup | None:
+    return dist.new_group(backend="gloo", timeout=timeout) if world_size > 1 else None
+
+
+def renew_steps_group(ctx: DistContext) -> None:
+    """After a failed run: a rank may have left a check point unanswered, so the group's sequence of
+    collectives no longer matches across ranks; every rank calls this at the same point (after the
+    run's outcome was agreed) and the next run starts on a fresh group."""
+    if ctx.steps is not None:
+        old, ctx.steps = ctx.steps, _steps_group(ctx.world_size, datetime.timedelta(seconds=ctx.timeout_s))
+        dist.destroy_process_group(old)
+
+
+def gather_steps(ctx: DistContext, completed: int, durations: list[float], cap: int) -> list[float]:
+    """The step times every rank has completed, each the slowest rank's: the same list on every
+    rank, from one all-gather over the steps group (a no-op at world size 1)."""
+    if ctx.world_size == 1 or ctx.steps is None:
+        return durations[:completed]
+    mine = torch.zeros(cap + 1, dtype=torch.float64)
+    mine[0] = completed
+    mine[1 : completed + 1] = torch.tensor(durations[:completed], dtype=torch.float64)
+    every = [torch.empty_like(mine) for _ in range(ctx.world_size)]
+    dist.all_gather(every, mine, group=ctx.steps)
+    stacked = torch.stack(every)
+    count = int(stacked[:, 0].min().item())
+    return stacked[:, 1 : count + 1].max(dim=0).values.tolist()
 
 
 def barrier(ctx: DistContext) -> None:

@@ -14,6 +14,7 @@ the data path costs.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +22,9 @@ import torch
 
 from .faults import maybe_inject
 from .loop import Feed, LoopSamples, Window, _backward, after_window
+from .progress import note
 
 if TYPE_CHECKING:
-    import logging
     from collections.abc import Iterator
     from pathlib import Path
 
@@ -55,7 +56,9 @@ def epoch_loop(
     trace_path: Path | None = None,
 ) -> LoopSamples:
     feed = Feed((), device)
+    started = time.perf_counter()
     warmup_losses = _warmup_epochs(strategy, data, spec, feed, log)
+    warmup_s = time.perf_counter() - started
     window = Window(device)
     step_losses: list[torch.Tensor] = []
     epochs: list[dict[str, Any]] = []
@@ -64,21 +67,31 @@ def epoch_loop(
         feed.source = data.epoch(spec.warmup_epochs + e)
         epoch = _measured_epoch(strategy, feed, window, step_losses, spec, e, data.plan.steps, rank, log)
         epochs.append(epoch)
-        log.info(
-            "epoch %d/%d: %d steps in %.2f s, %.2f s waiting for data",
-            e + 1,
-            spec.epochs,
-            data.plan.steps,
-            epoch["wall_sec"],
-            epoch["data_wait_sec"],
-        )
+        done = (e + 1) * data.plan.steps
+        fields = {"phase": "measuring", "step": done, "steps": spec.epochs * data.plan.steps}
+        note(log, logging.INFO, fields, "epoch %d/%d: %d steps in %.2f s, %.2f s waiting for data",
+             e + 1, spec.epochs, data.plan.steps, epoch["wall_sec"], epoch["data_wait_sec"])  # fmt: skip
     window.close(feed)
 
     # the census and profiled steps read on into the epochs after the measured ones
     feed.source = _epochs_from(data, spec.warmup_epochs + spec.epochs)
+    started = time.perf_counter()
     census, trace = after_window(strategy, feed, spec, device, log, rank, trace_path)
+    after_s = time.perf_counter() - started
 
-    samples = window.samples(step_losses, warmup_losses, census, trace, epochs=epochs, data=dict(data.info))
+    plan = {"mode": "epochs", "epochs": spec.epochs, "warmup_epochs": spec.warmup_epochs}
+    samples = window.samples(
+        step_losses,
+        warmup_losses,
+        census,
+        trace,
+        epochs=epochs,
+        data=dict(data.info),
+        stopped="epochs",
+        plan=plan,
+        warmup_s=warmup_s,
+        after_s=after_s,
+    )
     log.info(
         "measured %d epochs (%d steps) in %.3f s, loss %.4f -> %.4f",
         spec.epochs,
@@ -103,14 +116,9 @@ def _warmup_epochs(
             loss = _backward(strategy, feed, spec.grad_accum)
             strategy.optimizer_step()
             losses.append(float(loss))
-        log.info(
-            "warm-up epoch %d/%d: %d steps in %.1f s, loss %.4f",
-            e + 1,
-            spec.warmup_epochs,
-            steps,
-            time.perf_counter() - started,
-            losses[-1],
-        )
+        fields = {"phase": "warmup", "step": (e + 1) * steps, "steps": spec.warmup_epochs * steps}
+        note(log, logging.INFO, fields, "warm-up epoch %d/%d: %d steps in %.1f s, loss %.4f",
+             e + 1, spec.warmup_epochs, steps, time.perf_counter() - started, losses[-1])  # fmt: skip
     return losses
 
 

@@ -2,7 +2,10 @@
 
 Warm-up steps run first and are left out of every number. During the measured steps nothing
 waits for the device: losses stay on the device until the window closes, step times come from
-events, and the only host work is queueing the step. After the window one more, untimed step
+events, and the only host work is queueing the step. The window holds a fixed count of steps or,
+by default, as many as it takes to know the mean step time to the precision asked (adaptive.py:
+check points every few steps read the finished steps without waiting for the device). After the
+window one more, untimed step
 takes a census of live tensors between its backward and its optimizer step, when parameters,
 gradients and optimizer state all exist; then, if asked, a few steps run under the profiler.
 NVML samples the GPU in a background thread for the length of the window.
@@ -10,24 +13,27 @@ NVML samples the GPU in a background thread for the length of the window.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .adaptive import CAP, FIXED, PRECISION, StopRule, check_point
 from .faults import maybe_inject
 from .memory import PeakMemory, census_bytes
 from .monitor import GpuMonitor
 from .profiling import profile_steps
+from .progress import note
 from .timing import StepClock
 
 if TYPE_CHECKING:
-    import logging
     from collections.abc import Iterable, Iterator
     from pathlib import Path
 
     from ..config.spec import RunSpec
+    from .dist import DistContext
     from .strategies import Strategy
 
 
@@ -58,6 +64,14 @@ class LoopSamples:
     """Epoch-based workloads (seq2seq): each measured epoch's wall time, steps and data wait."""
     data: dict[str, Any] | None = None
     """Epoch-based workloads: where the samples came from (memory, or which shards on disk)."""
+    warmup_s: float = 0.0
+    """Host time of the warm-up steps (not measured: for the time-to-answer accounting)."""
+    after_s: float = 0.0
+    """Host time of the untimed steps after the window (census, profiled steps)."""
+    stopped: str = "fixed"
+    """Why the window ended: fixed (a set count or epochs), precision (reached), cap (reached first)."""
+    plan: dict[str, Any] = field(default_factory=dict)
+    """What the measurement was asked for (adaptive.StopRule.plan)."""
 
 
 class Feed:
@@ -114,6 +128,8 @@ def after_window(
         strategy.optimizer_step()
 
     keep = trace_path if (spec.trace and rank == 0) else None
+    note(log, logging.INFO, {"phase": "profiling", "step": 0, "steps": spec.profile_steps},
+         "profiling %d untimed steps", spec.profile_steps)  # fmt: skip
     trace = profile_steps(step, spec.profile_steps, device, keep).to_dict()
     log.info(
         "profiled %d steps: %.4f s in collectives per step", spec.profile_steps, trace["comm_sec_per_step"]
@@ -174,45 +190,61 @@ def timed_loop(
     strategy: Strategy,
     batches: list[torch.Tensor],
     spec: RunSpec,
-    device: torch.device,
+    ctx: DistContext,
     log: logging.Logger,
-    rank: int = 0,
     trace_path: Path | None = None,
 ) -> LoopSamples:
     accum = spec.grad_accum
-    feed = Feed(batches, device)
+    feed = Feed(batches, ctx.device)
 
     warmup_losses = []
+    started = time.perf_counter()
     for i in range(spec.warmup):
         loss = _backward(strategy, feed, accum)
         strategy.optimizer_step()
         warmup_losses.append(float(loss))  # warm-up may wait for the device: it is not timed
-        log.info("warmup %d/%d loss %.4f", i + 1, spec.warmup, warmup_losses[-1])
+        note(log, logging.INFO, {"phase": "warmup", "step": i + 1, "steps": spec.warmup},
+             "warmup %d/%d loss %.4f", i + 1, spec.warmup, warmup_losses[-1])  # fmt: skip
 
-    window = Window(device)
+    warmup_s = time.perf_counter() - started
+    rule = StopRule.of(spec)
+    window = Window(ctx.device)
     step_losses: list[torch.Tensor] = []
-    every = max(1, spec.steps // 10)
-    started = time.perf_counter()
+    stopped = FIXED if not rule.adaptive else CAP
     window.open(feed)
-    for i in range(spec.steps):
+    for i in range(rule.cap):
         if i == 0:
-            maybe_inject(spec, rank)
+            maybe_inject(spec, ctx.rank)
         window.clock.begin()
         loss = _backward(strategy, feed, accum)
         strategy.optimizer_step()
         window.clock.end()
         step_losses.append(loss)
-        log.debug("step %d/%d", i + 1, spec.steps)  # the launcher's heartbeat; costs microseconds
-        if (i + 1) % every == 0 and i + 1 < spec.steps:
-            log.info("step %d/%d queued after %.1f s", i + 1, spec.steps, time.perf_counter() - started)
+        # the launcher's heartbeat (written at most once a second); costs microseconds
+        log.debug("step %d/%d", i + 1, rule.cap, extra={"progress": {"phase": "measuring", "step": i + 1}})
+        if rule.checks_at(i + 1) and check_point(ctx, window.clock, rule, i + 1, spec.tokens_per_step, log):
+            stopped = PRECISION
+            break
     window.close(feed)
-    census, trace = after_window(strategy, feed, spec, device, log, rank, trace_path)
+    started = time.perf_counter()
+    census, trace = after_window(strategy, feed, spec, ctx.device, log, ctx.rank, trace_path)
+    after_s = time.perf_counter() - started
 
-    samples = window.samples(step_losses, warmup_losses, census, trace)
+    samples = window.samples(
+        step_losses,
+        warmup_losses,
+        census,
+        trace,
+        stopped=stopped,
+        plan=rule.plan(),
+        warmup_s=warmup_s,
+        after_s=after_s,
+    )
     log.info(
-        "measured %d steps in %.3f s, loss %.4f -> %.4f",
-        spec.steps,
+        "measured %d steps in %.3f s (%s), loss %.4f -> %.4f",
+        len(samples.step_times),
         samples.window_s,
+        {FIXED: "a fixed count", PRECISION: "precision reached", CAP: "the cap reached"}[stopped],
         samples.losses[0],
         samples.losses[-1],
     )

@@ -9,10 +9,13 @@
   keeps the device's share apart from host memory (where offload puts states).
 - On the CPU the process's peak resident set (VmHWM) stands in for device memory; Linux lets a
   process reset it, so it too covers only the measured steps.
+- Between runs in one process (warm ranks, in-rank and in-process sessions) `release` hands back
+  what the last run held and resets the statistics, so each run's numbers read as if fresh.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,9 +92,30 @@ class PeakMemory:
         return out
 
 
-def release(device: torch.device) -> None:
-    """Give freed memory back after a run, so the next run's peak starts from nothing."""
+def release(device: torch.device, compiled: bool = False) -> None:
+    """Leave the process as a fresh one would start the next run: compiled graphs dropped (they hold
+    the last model's constants), garbage collected, the allocator's cache emptied and its peak and
+    accumulated statistics (allocation retries) reset, and freed host memory returned to the system,
+    so that the next run's peaks and counts are its own."""
+    if compiled:
+        import torch._dynamo
+
+        torch._dynamo.reset()
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        torch.cuda.reset_accumulated_memory_stats(device)
+    _trim_host_heap()
+
+
+def _trim_host_heap() -> None:
+    """glibc keeps freed small and medium blocks in its arenas: the resident set of a process that
+    trained a big model stays high, and the next run's peak RSS (reset to the current RSS at the
+    window) would start there. malloc_trim(0) hands the free pages back."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to trim, the CPU peak is then an upper bound

@@ -17,6 +17,7 @@ from torch import nn
 
 from ..analysis.flops import FlopsModel
 from .built import BuiltModel
+from .device_init import on_device
 from .seq2seq import build_seq2seq
 from .techniques import apply_techniques
 
@@ -67,13 +68,16 @@ def matmul_params(module: nn.Module) -> int:
     return total
 
 
-def build_causal_lm(spec: RunSpec, preset: ModelPreset, device: torch.device) -> BuiltModel:
+def build_causal_lm(
+    spec: RunSpec, preset: ModelPreset, device: torch.device, dtype: torch.dtype | None = None
+) -> BuiltModel:
+    """`dtype`: the weights' precision (default fp32, the master weights mixed precision keeps)."""
     from transformers import AutoModelForCausalLM
 
     config = _config(preset)
-    torch.manual_seed(spec.seed)  # same weights on every rank
-    with device:
-        module = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    precision = {"dtype": dtype} if dtype is not None else {}
+    with on_device(device, spec.seed):
+        module = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", **precision)
     if spec.grad_ckpt:
         module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     module.train()
@@ -134,9 +138,8 @@ def build_lora(spec: RunSpec, preset: ModelPreset, device: torch.device) -> Buil
     """
     from peft import LoraConfig, get_peft_model
 
-    built = build_causal_lm(spec, preset, device)
-    if spec.dtype in _HALF:
-        built.module.to(_HALF[spec.dtype])
+    # drawn in 16 bits directly: a 7B base never exists in fp32 (28 GB) on its way to bf16 (14 GB)
+    built = build_causal_lm(spec, preset, device, dtype=_HALF.get(spec.dtype))
     model_type = getattr(built.module.config, "model_type", preset.architecture)
     targets = _LORA_TARGETS.get(model_type, _LORA_TARGETS["llama"])
     config = LoraConfig(

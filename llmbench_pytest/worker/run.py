@@ -5,10 +5,19 @@ every rank's samples (the slowest rank's step times, the mean loss, each rank's 
 the control group. A failure inside the run (out of memory, any exception) becomes the run's
 status instead of escaping: the traceback is cut loose so nothing keeps the model alive, and
 the session moves on with the memory released.
+
+The same process may serve many configurations (launcher's warm ranks, in-rank and in-process
+sessions), so each run leaves it as it found it: the strategy closed, the model, data and compiled
+graphs dropped, allocator caches emptied and peak statistics reset (memory.release). Where the
+setup went is recorded per phase (build, wrap, data, probe); a DeepSpeed op compiled on first use
+is timed apart (ops.py), since it is paid once per machine, not per run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import time
 import traceback
 from typing import TYPE_CHECKING, Any
@@ -19,18 +28,20 @@ from ..config.presets import resolve_model
 from ..results.measurement import Measurement
 from . import env_info
 from .data import rank_batches
-from .dist import DistContext, all_gather_object, max_over_ranks, mean_over_ranks
+from .dist import DistContext, all_gather_object, max_over_ranks, mean_over_ranks, renew_steps_group
 from .epoch_loop import epoch_loop
 from .loop import LoopSamples, extra_steps, timed_loop
 from .memory import release
 from .models import build_model
+from .ops import prepare_ops
 from .probes import h2d_link_gbps
+from .progress import note, start_clock
 from .seq2seq_data import make_epoch_data
 from .strategies import make_strategy
 from .techniques import TechniqueUnavailable
 
 if TYPE_CHECKING:
-    import logging
+    from collections.abc import Iterator
     from pathlib import Path
 
     from ..config.spec import RunSpec
@@ -54,6 +65,15 @@ def _describe_error(exc: BaseException) -> str:
     return text if len(text) < 4000 else text[:4000] + " ...[truncated]"
 
 
+@contextlib.contextmanager
+def _timed(phases: dict[str, float], name: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[name] = time.perf_counter() - started
+
+
 def run_benchmark(
     spec: RunSpec,
     ctx: DistContext,
@@ -61,47 +81,15 @@ def run_benchmark(
     repo_dir: str | None = None,
     trace_dir: Path | None = None,
 ) -> Measurement:
-    preset = resolve_model(spec.model, spec.model_config)
-    started = time.perf_counter()
+    start_clock()
+    note(log, logging.INFO, {"phase": "building"}, "building %s for %s", spec.model, spec.name)
+    phases: dict[str, float] = {}
+    ops: dict[str, Any] = {}
+    held: dict[str, Any] = {}  # model, strategy, data: dropped in one place before memory is released
     samples: LoopSamples | None = None
-    link: float | None = None
-    model_summary: dict[str, Any] = {}
-    strategy_info: dict[str, Any] = {}
-    setup_s: float | None = None
     status, error = "ok", None
-    strategy = None
-    built = None
     try:
-        built = build_model(spec, preset, ctx.device)
-        model_summary = built.summary
-        log.info("built %s: %.1fM parameters", preset.name, built.summary["params"] / 1e6)
-        strategy = make_strategy(spec)
-        strategy.setup(built, spec, ctx)
-        strategy_info = strategy.describe()
-        epoch_data = None
-        if spec.workload == "seq2seq":
-            epoch_data = make_epoch_data(spec, built.vocab_size, ctx, log)
-        else:
-            count = (spec.warmup + spec.steps + extra_steps(spec)) * spec.grad_accum
-            batches = rank_batches(
-                spec.seed,
-                ctx.rank,
-                ctx.world_size,
-                count,
-                spec.per_device_batch,
-                spec.seq_len,
-                built.vocab_size,
-                pin=ctx.device.type == "cuda",
-            )
-        link = h2d_link_gbps(ctx.device)
-        setup_s = time.perf_counter() - started
-        log.info("%s ready in %.1f s", spec.name, setup_s)
-        # *.pt.trace.json is the name TensorBoard's profiler plugin looks for
-        trace_path = trace_dir / f"rank{ctx.rank}.pt.trace.json" if trace_dir is not None else None
-        if epoch_data is not None:
-            samples = epoch_loop(strategy, epoch_data, spec, ctx.device, log, ctx.rank, trace_path)
-        else:
-            samples = timed_loop(strategy, batches, spec, ctx.device, log, ctx.rank, trace_path)
+        samples = _train(spec, ctx, log, trace_dir, phases, ops, held)
     except Exception as exc:
         status = classify(exc)
         error = f"rank {ctx.rank}: {exc if status == 'unavailable' else _describe_error(exc)}"
@@ -110,15 +98,80 @@ def run_benchmark(
             traceback.clear_frames(exc.__traceback__)  # frames would keep the model alive
         del exc
     finally:
-        if strategy is not None:
-            try:
-                strategy.close()
-            except Exception as close_exc:  # a failed run may leave the engine half-built
-                log.warning("closing %s failed: %s", spec.name, close_exc)
-        strategy = built = None
-        release(ctx.device)
-    extras = {"h2d_link_gbps": link}
-    return combine(spec, ctx, status, error, samples, model_summary, strategy_info, setup_s, repo_dir, extras)
+        _teardown(spec, ctx, log, held)
+    setup = ("build_sec", "wrap_sec", "data_sec", "probe_sec")
+    setup_s = sum(phases[k] for k in setup) if all(k in phases for k in setup) else None
+    timing = {"phases": phases, "ops": ops or None}
+    if samples is not None:
+        phases.update(warmup_sec=samples.warmup_s, after_window_sec=samples.after_s)
+        timing.update(measurement=samples.plan, stopped=samples.stopped)
+    extras = {"h2d_link_gbps": held.get("link")}
+    measurement = combine(
+        spec, ctx, status, error, samples, held.get("summary", {}), held.get("strategy_info", {}),
+        setup_s, repo_dir, extras, timing,
+    )  # fmt: skip
+    if not measurement.ok:
+        renew_steps_group(ctx)
+    note(log, logging.INFO, {"phase": "done"}, "%s: %s", spec.name, measurement.status)
+    return measurement
+
+
+def _train(
+    spec: RunSpec,
+    ctx: DistContext,
+    log: logging.Logger,
+    trace_dir: Path | None,
+    phases: dict[str, float],
+    ops: dict[str, Any],
+    held: dict[str, Any],
+) -> LoopSamples:
+    """Build, wrap, feed and measure; what must be released later goes into `held`."""
+    preset = resolve_model(spec.model, spec.model_config)
+    with _timed(phases, "build_sec"):
+        built = held["built"] = build_model(spec, preset, ctx.device)
+    held["summary"] = built.summary
+    log.info("built %s: %.1fM parameters in %.2f s", preset.name, built.summary["params"] / 1e6,
+             phases["build_sec"])  # fmt: skip
+    if spec.info.family == "deepspeed":
+        # a JIT-built op is compiled once per machine; its build is not this run's setup
+        with _timed(phases, "ops_sec"):
+            ops.update(prepare_ops(spec, ctx.device, log))
+    with _timed(phases, "wrap_sec"):
+        strategy = held["strategy"] = make_strategy(spec)
+        strategy.setup(built, spec, ctx)
+    held["strategy_info"] = strategy.describe()
+    with _timed(phases, "data_sec"):
+        if spec.workload == "seq2seq":
+            feed = held["data"] = make_epoch_data(spec, built.vocab_size, ctx, log)
+        else:
+            count = (spec.warmup + spec.steps + extra_steps(spec)) * spec.grad_accum
+            feed = held["data"] = rank_batches(
+                spec.seed, ctx.rank, ctx.world_size, count, spec.per_device_batch, spec.seq_len,
+                built.vocab_size, pin=ctx.device.type == "cuda",
+            )  # fmt: skip
+    with _timed(phases, "probe_sec"):
+        held["link"] = h2d_link_gbps(ctx.device)
+    log.info("%s ready in %.1f s", spec.name, sum(phases.values()) - phases.get("ops_sec", 0.0))
+    # *.pt.trace.json is the name TensorBoard's profiler plugin looks for
+    trace_path = trace_dir / f"rank{ctx.rank}.pt.trace.json" if trace_dir is not None else None
+    if spec.workload == "seq2seq":
+        return epoch_loop(strategy, feed, spec, ctx.device, log, ctx.rank, trace_path)
+    return timed_loop(strategy, feed, spec, ctx, log, trace_path)
+
+
+def _teardown(spec: RunSpec, ctx: DistContext, log: logging.Logger, held: dict[str, Any]) -> None:
+    """Leave the process as the next configuration needs it: the strategy closed (DeepSpeed's
+    engine destroyed, hooks gone), model and data dropped, memory handed back (memory.release)."""
+    strategy = held.pop("strategy", None)
+    if strategy is not None:
+        try:
+            strategy.close()
+        except Exception as close_exc:  # a failed run may leave the engine half-built
+            log.warning("closing %s failed: %s", spec.name, close_exc)
+    for key in ("built", "data"):
+        held.pop(key, None)
+    strategy = None
+    release(ctx.device, compiled=spec.compile)
 
 
 def combine(
@@ -132,9 +185,16 @@ def combine(
     setup_s: float | None,
     repo_dir: str | None,
     rank_extras: dict[str, Any] | None = None,
+    timing: dict[str, Any] | None = None,
 ) -> Measurement:
     """Gather every rank's outcome and samples; the result is identical on all ranks."""
-    mine: dict[str, Any] = {"rank": ctx.rank, "status": status, "error": error, **(rank_extras or {})}
+    mine: dict[str, Any] = {
+        "rank": ctx.rank,
+        "pid": os.getpid(),
+        "status": status,
+        "error": error,
+        **(rank_extras or {}),
+    }
     if samples is not None:
         mine.update(
             mean_step_time_sec=sum(samples.step_times) / len(samples.step_times),
@@ -165,6 +225,7 @@ def combine(
             strategy=strategy_info,
             setup_s=setup_s,
             env=env,
+            timing=timing or {},
         )
     assert samples is not None
     return Measurement(
@@ -179,4 +240,5 @@ def combine(
         strategy=strategy_info,
         setup_s=setup_s,
         env=env,
+        timing=timing or {},
     )

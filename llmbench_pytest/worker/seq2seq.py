@@ -32,6 +32,7 @@ from torch.utils.checkpoint import checkpoint
 from ..analysis.flops import FlopsModel
 from ..config.presets import ENCDEC_CONFIG_KEYS, ModelPreset
 from .built import BuiltModel
+from .device_init import on_device
 
 if TYPE_CHECKING:
     from ..config.spec import RunSpec
@@ -180,8 +181,7 @@ def matmul_params(module: EncoderDecoder) -> int:
 
 
 def build_seq2seq(spec: RunSpec, preset: ModelPreset, device: torch.device) -> BuiltModel:
-    torch.manual_seed(spec.seed)  # same weights on every rank
-    with device:
+    with on_device(device, spec.seed):
         module = build_module(preset.config)
     module.checkpointing = spec.grad_ckpt
     module.train()

@@ -3,7 +3,9 @@
 On a GPU each step is bracketed by CUDA events, so no step waits for the device: the host
 keeps queueing work exactly as an untimed loop would. The measured window is also timed by
 the host clock between two synchronizations, which gives the suite an independent total to
-check the events against. On the CPU, perf_counter brackets each step.
+check the events against. On the CPU, perf_counter brackets each step. While the window runs,
+`completed()` asks the events which steps the device has finished, without waiting for it: that is
+what adaptive measurement and the progress display read.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class StepClock:
         self.cuda = device.type == "cuda"
         self._marks: list[tuple[object, object]] = []
         self._open: object | None = None
+        self._done = 0
         self._window_start = 0.0
         self.window_s = 0.0
         """Host-clock time of the whole measured window, synchronized at both ends."""
@@ -47,11 +50,24 @@ class StepClock:
         self._marks.append((self._open, self._now()))
         self._open = None
 
-    def durations(self) -> list[float]:
-        """Seconds per step; call after end_window() (the events have completed by then)."""
+    def completed(self) -> int:
+        """How many steps, from the first, the device has finished: without waiting for it (the
+        events of one stream complete in order, so the first unfinished one ends the count)."""
+        if not self.cuda:
+            return len(self._marks)
+        done = self._done
+        while done < len(self._marks) and self._marks[done][1].query():  # type: ignore[attr-defined]
+            done += 1
+        self._done = done
+        return done
+
+    def durations(self, count: int | None = None) -> list[float]:
+        """Seconds per step of the first `count` steps (all by default); those steps must have
+        completed: after end_window(), or as many as completed() says."""
+        marks = self._marks if count is None else self._marks[:count]
         if self.cuda:
-            return [s.elapsed_time(e) / 1000.0 for s, e in self._marks]  # type: ignore[attr-defined]
-        return [float(e) - float(s) for s, e in self._marks]  # type: ignore[arg-type]
+            return [s.elapsed_time(e) / 1000.0 for s, e in marks]  # type: ignore[attr-defined]
+        return [float(e) - float(s) for s, e in marks]  # type: ignore[arg-type]
 
     @property
     def method(self) -> str:

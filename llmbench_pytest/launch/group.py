@@ -1,0 +1,132 @@
+"""One torchrun group that serves configurations: its agent process, its directory of jobs.
+
+Standard library only (torch runs in the children). The group is started with torchrun's own
+c10d rendezvous on a free local port (`--standalone`), in its own process session so that an
+interrupt or a hang can end every process of it, and with a parent-death signal so that it ends
+with this process even when this process is SIGKILLed (config/lifeline.py). The ranks
+(worker/main.py) take job-0001.json, job-0002.json, ... from the group's directory in order; a
+job marked "last", or a "stop" job, ends them. torchrun's own output goes to agent.log there;
+the launcher copies each configuration's share of it into that configuration's log.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..config.lifeline import LAUNCHER_PID_ENV, with_parent_death_signal
+from ..results.storage import write_json_atomic
+
+KILL_GRACE_S = 5.0
+STOP_GRACE_S = 15.0
+GROUPS_DIR = ".llmbench-ranks"
+_numbers = itertools.count(1)
+
+
+def job_path(group_dir: Path, seq: int) -> Path:
+    return group_dir / f"job-{seq:04d}.json"  # worker/main.py reads it; kept in step by tests
+
+
+def command(world_size: int, group_dir: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",  # c10d rendezvous on a free localhost port, chosen by torchrun
+        f"--nproc_per_node={world_size}",
+        "--max-restarts=0",
+        "--monitor-interval=0.5",  # notice a dead rank within half a second, not five
+        "-m",
+        "llmbench_pytest.worker.main",
+        "--group-dir",
+        str(group_dir),
+    ]
+
+
+class RankGroup:
+    """A started torchrun group of `world_size` ranks on `device`, collectives timing out after
+    `timeout_s`: the key under which the launcher may give it another configuration."""
+
+    def __init__(self, world_size: int, device: str, timeout_s: float, root: Path) -> None:
+        self.key = (world_size, device, timeout_s)
+        self.world_size = world_size
+        root.mkdir(parents=True, exist_ok=True)
+        self.name = f"g{next(_numbers)}-ws{world_size}"
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{self.name}-", dir=root))
+        self.agent_log = self.dir / "agent.log"
+        self.posted = 0
+        self.started = time.monotonic()
+        with open(self.agent_log, "ab") as log:
+            self.proc = subprocess.Popen(
+                with_parent_death_signal(command(world_size, self.dir)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: we end all of it, and only it
+                env={**os.environ, LAUNCHER_PID_ENV: str(os.getpid())},
+            )
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def post(self, job: dict[str, Any]) -> int:
+        """Hand the ranks their next job; returns its number (1 for the group's first)."""
+        self.posted += 1
+        write_json_atomic(job_path(self.dir, self.posted), job)
+        return self.posted
+
+    def agent_output(self, since: int = 0) -> bytes:
+        try:
+            with open(self.agent_log, "rb") as fh:
+                fh.seek(since)
+                return fh.read()
+        except OSError:
+            return b""
+
+    def log_size(self) -> int:
+        try:
+            return self.agent_log.stat().st_size
+        except OSError:
+            return 0
+
+    def stop(self) -> None:
+        """Ask the ranks to leave (they finish their last job first), then end what is left."""
+        if self.alive:
+            self.post({"stop": True})
+            try:
+                self.proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        self.end()
+
+    def end(self) -> None:
+        """SIGTERM the whole process session, then SIGKILL what is left after a grace period; the
+        ranks (sessions of their own) die with the agent by their parent-death signal."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=KILL_GRACE_S)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:  # the agent is gone; make sure none of its process group outlived it
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+    def remove(self) -> None:
+        """The job files and agent log, once every configuration's share was copied out."""
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,146 @@
+"""Adaptive measurement (issue 14): measure until the mean step time is known to the precision
+asked, between a minimum and a cap, every rank stopping after the same step; --llmbench-steps
+still measures exactly that many. And the profiled steps run only where the report shows them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import LOOSE_CV, saved_results
+from llmbench_pytest.config.hardware import Hardware
+from llmbench_pytest.config.options import SessionOptions
+from llmbench_pytest.config.spec import RunSpec, SpecError
+from llmbench_pytest.launch.matrix import PROFILED_STEPS, build_matrix, profile_steps_for
+from llmbench_pytest.worker.adaptive import StopRule
+
+
+def spec(**kw) -> RunSpec:
+    base = {"strategy": "ddp", "model": "llama-tiny", "seq_len": 64, "per_device_batch": 2, "warmup": 1}
+    return RunSpec(**{**base, "dtype": "fp32", **kw})
+
+
+def test_check_points_fall_on_the_same_steps_for_every_rank():
+    rule = StopRule.of(spec(steps=30, min_steps=10))
+    assert rule.adaptive and rule.every == 5
+    assert [d for d in range(1, 31) if rule.checks_at(d)] == [10, 15, 20, 25]  # 30: the cap ends it
+    fixed = StopRule.of(spec(steps=30))
+    assert not fixed.adaptive and fixed.cap == 30 and fixed.plan() == {"mode": "fixed", "steps": 30}
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"steps": 5, "min_steps": 8}, "min_steps 8 must be between 2 and the step cap 5*"),
+        ({"steps": 5, "min_steps": 1}, "min_steps 1 must be between 2*"),
+        ({"steps": 5, "min_steps": 2, "precision": 1.5}, "precision must be between 0 and 1*"),
+    ],
+)
+def test_run_spec_refuses_an_impossible_measurement(kw, message):
+    with pytest.raises(SpecError) as err:
+        spec(**kw)
+    assert err.match(message.replace("*", ".*"))
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--llmbench-steps=5", "--llmbench-max-steps=20"],
+            "*--llmbench-steps=5 measures a fixed count; --llmbench-max-steps=20 bound(s) adaptive "
+            "measurement. Pass one or the other.*",
+        ),
+        (
+            ["--llmbench-min-steps=30", "--llmbench-max-steps=20"],
+            "*adaptive measurement needs --llmbench-min-steps (30) <= --llmbench-max-steps (20): raise*",
+        ),
+        (["--llmbench-precision=1"], "*--llmbench-precision: must be below 1 (100 percent); got '1'*"),
+        (["--llmbench-precision=0%"], "*--llmbench-precision: must be a number above 0; got '0'*"),
+    ],
+)
+def test_bad_measurement_options(bench, args, line):
+    result = bench.runpytest_subprocess("benchmarks", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([line])
+
+
+def measurement_of(root: Path) -> dict[str, dict]:
+    return {d["strategy"]: d for d in saved_results(root)}
+
+
+def test_fixed_count_is_measured_exactly(bench):
+    args = ["benchmarks", LOOSE_CV, "--llmbench-launch=inprocess", "--llmbench-strategies=ddp"]
+    result = bench.runpytest_subprocess(*args, "--llmbench-steps=5", "--benchmark-json=b.json")
+    result.assert_outcomes(passed=1)
+    run = measurement_of(bench.path)["ddp"]
+    m = run["timing"]["measurement"]
+    assert run["steps"] == len(run["step_times_sec"]) == 5 and len(run["losses"]) == 5
+    assert m["mode"] == "fixed" and m["stopped"] == "fixed" and m["steps"] == 5
+    assert m["precision"] > 0  # what the five steps say about the mean, reported as measured
+    (stats,) = [b["stats"] for b in json.loads((bench.path / "b.json").read_text())["benchmarks"]]
+    assert stats["rounds"] == 5
+
+
+def test_adaptive_stops_at_the_precision_or_at_the_cap_and_says_which(bench):
+    args = ["benchmarks", LOOSE_CV, "--llmbench-launch=inprocess", "--llmbench-strategies=ddp,fsdp"]
+    args += ["--llmbench-min-steps=4", "--llmbench-max-steps=10"]
+    # a loose target is met at the first check point; an impossible one runs to the cap
+    bench.runpytest_subprocess(*args, "--llmbench-precision=60%", "-k", "ddp").assert_outcomes(passed=1)
+    bench.runpytest_subprocess(*args, "--llmbench-precision=0.00001", "-k", "fsdp").assert_outcomes(passed=1)
+    runs = measurement_of(bench.path)
+    loose, strict = runs["ddp"]["timing"]["measurement"], runs["fsdp"]["timing"]["measurement"]
+    assert loose["mode"] == "adaptive" and loose["min_steps"] == 4 and loose["max_steps"] == 10
+    assert loose["stopped"] == "precision" and loose["steps"] == 4 == runs["ddp"]["steps"]
+    assert loose["precision"] <= 0.6 and loose["target_precision"] == 0.6
+    assert strict["stopped"] == "cap" and strict["steps"] == 10 == len(runs["fsdp"]["step_times_sec"])
+    assert strict["precision"] > 0.00001
+
+
+def test_every_rank_stops_after_the_same_step(bench):
+    result = bench.runpytest_subprocess(
+        "benchmarks",
+        LOOSE_CV,
+        "--llmbench-strategies=zero2",
+        "--llmbench-world-sizes=2",
+        "--llmbench-min-steps=4",
+        "--llmbench-max-steps=16",
+        "--llmbench-precision=25%",
+    )
+    result.assert_outcomes(passed=1)
+    (run,) = saved_results(bench.path)
+    m = run["timing"]["measurement"]
+    assert 4 <= m["steps"] <= 16 and m["stopped"] in ("precision", "cap")
+    run_dir = next(bench.path.glob("results/*_results"))
+    for rank in (0, 1):
+        assert f"measured {m['steps']} steps" in (run_dir / f"rank{rank}.log").read_text()
+
+
+def hw(device: str, count: int = 2) -> Hardware:
+    gpus = count if device == "cuda" else 0
+    return Hardware(device=device, gpu_count=gpus, gpu_name="H100", device_gib=80.0, cpu_cores=8, bf16=True)
+
+
+def test_profiled_steps_run_where_the_report_shows_their_figures():
+    opts = SessionOptions()
+    assert profile_steps_for(opts, cuda=True, world_size=1, offload="none") == 0  # nothing to show
+    assert profile_steps_for(opts, cuda=True, world_size=2, offload="none") == PROFILED_STEPS  # collectives
+    assert (
+        profile_steps_for(opts, cuda=True, world_size=1, offload="cpu") == PROFILED_STEPS
+    )  # offload traffic
+    assert profile_steps_for(opts, cuda=False, world_size=2, offload="cpu") == 0  # CPU: smoke
+    profiled = SessionOptions(profile=True)
+    assert profile_steps_for(profiled, cuda=False, world_size=1, offload="none") == PROFILED_STEPS
+    entries = build_matrix(
+        SessionOptions(strategies=("ddp", "zero2_offload")), hw("cuda"), [1, 2], launched=True
+    )
+    steps = {e.id.split("-seq")[0]: e.spec.profile_steps for e in entries if e.spec}
+    assert steps == {"ddp-ws1": 0, "zero2_offload-ws1": 2, "ddp-ws2": 2, "zero2_offload-ws2": 2}
+    ids = [e.id for e in entries]
+    assert ids.index("zero2_offload-ws1-seq2048-llama-1b") < ids.index("ddp-ws2-seq2048-llama-1b")  # ws first
+
+
+def test_gpu_defaults_are_adaptive_between_10_and_100_steps():
+    (entry,) = build_matrix(SessionOptions(strategies=("ddp",)), hw("cuda", 1), [1], launched=True)
+    assert (entry.spec.min_steps, entry.spec.steps, entry.spec.precision) == (10, 100, 0.01)

@@ -1,0 +1,78 @@
+"""DeepSpeed's JIT-built ops (issue 14): built once per machine, timed apart from the run, and a
+build lock left by a killed build no longer makes every later DeepSpeed run wait forever."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import LOOSE_CV, TORCH_EXTENSIONS_DIR, saved_results
+from llmbench_pytest.worker.ops import baton_holders, clear_stale_baton
+
+
+def test_a_lock_nobody_holds_is_removed_and_a_held_one_is_left(tmp_path, caplog):
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    log = logging.getLogger("llmbench.test")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import time; f = open({str(lock)!r}); print('open', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout.readline().strip() == b"open"
+        assert baton_holders(lock) == [holder.pid]
+        assert clear_stale_baton(lock, log, settle_s=0.1) is False  # a live build: waited for, not broken
+        assert lock.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    with caplog.at_level(logging.WARNING, logger="llmbench.test"):
+        assert clear_stale_baton(lock, log, settle_s=0.1) is True
+    assert not lock.exists()
+    assert (
+        "removed a stale DeepSpeed build lock" in caplog.text and "a build was killed midway" in caplog.text
+    )
+    assert clear_stale_baton(lock, log, settle_s=0.1) is False  # nothing left to remove
+
+
+def test_a_deepspeed_run_goes_on_past_a_stale_build_lock(bench, monkeypatch, tmp_path):
+    # a private copy of the built ops, so the planted lock cannot stall anyone else's runs
+    ops = tmp_path / "torch_extensions"
+    source = Path(TORCH_EXTENSIONS_DIR) / "deepspeed_shm_comm"
+    if source.is_dir():
+        shutil.copytree(
+            source, ops / "deepspeed_shm_comm", symlinks=True, ignore=shutil.ignore_patterns("lock")
+        )
+    (ops / "deepspeed_shm_comm").mkdir(parents=True, exist_ok=True)
+    lock = ops / "deepspeed_shm_comm" / "lock"
+    lock.write_text("")  # what a rank killed mid-build leaves behind: no process holds it
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ops))
+    result = bench.runpytest_subprocess(
+        "benchmarks",
+        LOOSE_CV,
+        "--llmbench-launch=inprocess",
+        "--llmbench-strategies=zero0",
+        "--llmbench-steps=6",
+        "--llmbench-warmup=2",
+        "--llmbench-timeout=900",
+        timeout=900,
+    )
+    result.assert_outcomes(passed=1)
+    (run,) = saved_results(bench.path)
+    timing = run["timing"]
+    op = timing["ops"]["deepspeed_shm_comm"]
+    assert op["dir"] == str(ops / "deepspeed_shm_comm") and op["sec"] > 0
+    assert timing["setup_phases"]["ops_sec"] >= op["sec"]
+    # the op's build (or load) is not part of the run's setup
+    assert timing["setup_sec"] == sum(
+        timing["setup_phases"][k] for k in ("build_sec", "wrap_sec", "data_sec", "probe_sec")
+    )
+    log = next(bench.path.glob("results/*zero0*.log")).read_text()
+    assert "removed a stale DeepSpeed build lock" in log, log[-2000:]

@@ -1,0 +1,70 @@
+"""tools/time_to_answer.py: the wall time of a session, its measured share, where each configuration's
+time went, and whether the goals were met (issue 14 measures its goals with it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from conftest import REPO
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("time_to_answer", REPO / "tools" / "time_to_answer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _result(folder, name, window, total):
+    run = folder / f"bench-h-{name}-ws1-seq128_results"
+    run.mkdir(parents=True)
+    data = {
+        "strategy": name,
+        "world_size": 1,
+        "status": "ok",
+        "steps": 12,
+        "metadata": {"test": f"t[{name}]"},
+        "timing": {
+            "window_sec": window,
+            "setup_sec": 1.0,
+            "setup_phases": {"ops_sec": 0.5, "warmup_sec": 0.5, "after_window_sec": 0.25},
+            "ops": {"cpu_adam": {"sec": 0.01, "compiled": True}},
+            "measurement": {"stopped": "cap", "precision": 0.05},
+            "launch": {"ranks": "warm", "to_first_progress_sec": 0.25, "total_sec": total},
+        },
+    }
+    (run / "result.json").write_text(json.dumps(data))
+
+
+def test_it_times_the_command_and_accounts_for_each_configuration(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "res"
+    _result(results, "ddp", window=0.02, total=5.0)
+    _result(results, "zero2", window=0.03, total=6.0)
+    tool = _tool()
+    sleep = [sys.executable, "-c", "import time; time.sleep(0.2)"]
+    code = tool.main(["--json", "out.json", "--goal-wall", "60", "--goal-share", "0.99", "--", *sleep,
+                      f"--llmbench-results-dir={results}"])  # fmt: skip
+    figures = json.loads((tmp_path / "out.json").read_text())
+    assert code == 1 and figures["goals_missed"] == ["share"]  # 0.05 s of windows in 0.2 s or more
+    assert figures["measuring_sec"] == pytest.approx(0.05) and figures["configurations"] == 2
+    assert 0.2 <= figures["wall_sec"] < 30 and figures["ops_compiled_sec"] == pytest.approx(0.02)
+    (ddp,) = [r for r in figures["rows"] if r["name"] == "ddp-ws1"]
+    assert ddp["other"] == pytest.approx(5.0 - (0.25 + 1.0 + 0.5 + 0.5 + 0.02 + 0.25))
+    assert ddp["ranks"] == "warm" and ddp["stopped"] == "cap" and ddp["precision"] == 0.05
+    out = capsys.readouterr().out
+    assert "goal wall <= 60 s: met" in out and "goal measuring >= 99%: MISSED" in out and "+-5.0%" in out
+
+
+def test_a_session_stopped_by_timeout_misses_the_wall_goal(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    tool = _tool()
+    code = tool.main(
+        ["--json", "out.json", "--goal-wall", "600", "--", sys.executable, "-c", "raise SystemExit(124)"]
+    )
+    assert code == 124
+    assert "goal wall <= 600 s: MISSED (stopped after" in capsys.readouterr().out

@@ -1,0 +1,208 @@
+"""Warm ranks (issue 14): a torchrun group serves the configurations of its world size one after
+another, a fault ends it, `--llmbench-isolate` gives each configuration its own, and nothing a
+configuration leaves behind shows in the next one's numbers. Real torchrun groups on CPU (gloo)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_launcher import leftover_processes
+
+from conftest import LOOSE_CV, REPO, saved_results
+from llmbench_pytest.config.spec import RunSpec
+from llmbench_pytest.launch import group as launch_group
+from llmbench_pytest.launch.launcher import MEASUREMENT_FILE, Launch, RankPool, read_heartbeat
+from llmbench_pytest.worker import main as worker_main
+from llmbench_pytest.worker.progress import PHASES
+
+SHORT = ["--llmbench-warmup=1", "--llmbench-steps=3"]
+
+
+def by_config(root: Path) -> dict[str, dict]:
+    return {f"{d['strategy']}-ws{d['world_size']}": d for d in saved_results(root)}
+
+
+def pids(run: dict) -> list[int]:
+    return [r["pid"] for r in run["per_rank"]]
+
+
+def test_file_names_are_shared_by_launcher_and_worker(tmp_path):
+    assert launch_group.job_path(tmp_path, 7) == worker_main.job_path(tmp_path, 7)
+    assert MEASUREMENT_FILE == worker_main.MEASUREMENT_FILE
+
+
+def test_a_warm_group_serves_its_world_size_and_a_fault_starts_a_fresh_one(bench, monkeypatch):
+    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "fsdp:oom")
+    result = bench.runpytest_subprocess(
+        "benchmarks",
+        LOOSE_CV,
+        *SHORT,
+        "--llmbench-strategies=ddp,fsdp,fsdp_grad_op",
+        "--llmbench-world-sizes=1,2",
+        "-v",
+    )
+    result.assert_outcomes(passed=4, failed=2)
+    # world size first: each world size's configurations follow one another
+    result.stdout.fnmatch_lines(
+        [
+            "*test_pretrain?ddp-ws1-*PASSED*",
+            "*test_pretrain?fsdp-ws1-*FAILED*",
+            "*test_pretrain?fsdp_grad_op-ws1-*PASSED*",
+            "*test_pretrain?ddp-ws2-*PASSED*",
+        ]
+    )
+    runs = by_config(bench.path)
+    for ws in (1, 2):
+        ddp, fsdp, after = runs[f"ddp-ws{ws}"], runs[f"fsdp-ws{ws}"], runs[f"fsdp_grad_op-ws{ws}"]
+        launches = [r["timing"]["launch"] for r in (ddp, fsdp, after)]
+        assert [x["ranks"] for x in launches] == ["fresh", "warm", "fresh"], launches
+        assert [x["group_configuration"] for x in launches] == [1, 2, 1]
+        assert fsdp["status"] == "oom"
+        # the same processes trained ddp and then fsdp; the out-of-memory error ended them
+        assert len(pids(ddp)) == ws and pids(ddp) == pids(fsdp)
+        assert not set(pids(after)) & set(pids(ddp))
+        assert ddp["timing"]["rank_process"]["configuration"] == 1
+        assert after["status"] == "ok" and after["timing"]["rank_process"]["configuration"] == 1
+    # each configuration keeps its own rank logs and heartbeat beside its result
+    fsdp_dir = next(bench.path.glob("results/*-fsdp-ws2-seq128_results"))
+    for rank in (0, 1):
+        log = (fsdp_dir / f"rank{rank}.log").read_text()
+        assert "configuration 2 of this process" in log and "for ddp" not in log  # fsdp's lines only
+        assert read_heartbeat(fsdp_dir / f"rank{rank}.progress")["phase"] in PHASES
+    assert fsdp_dir.with_name(fsdp_dir.name.removesuffix("_results") + ".log").exists()
+    assert not leftover_processes(str(bench.path))
+    assert not list(bench.path.glob("results/.llmbench-ranks/*")), "group directories are removed"
+
+
+def test_warm_and_isolated_runs_agree(bench):
+    args = ["benchmarks", LOOSE_CV, *SHORT, "--llmbench-strategies=ddp,zero1", "--llmbench-world-sizes=2"]
+    bench.runpytest_subprocess(*args, "--llmbench-results-dir=warm").assert_outcomes(passed=2)
+    bench.runpytest_subprocess(
+        *args, "--llmbench-results-dir=isolated", "--llmbench-isolate"
+    ).assert_outcomes(passed=2)
+    warm = {
+        d["strategy"]: d for d in map(json.loads, map(Path.read_text, bench.path.glob("warm/*/result.json")))
+    }
+    iso = {
+        d["strategy"]: d
+        for d in map(json.loads, map(Path.read_text, bench.path.glob("isolated/*/result.json")))
+    }
+    assert warm["zero1"]["timing"]["launch"]["ranks"] == "warm"
+    assert [iso[s]["timing"]["launch"]["ranks"] for s in ("ddp", "zero1")] == ["fresh", "fresh"]
+    assert iso["zero1"]["timing"]["launch"]["isolated"] is True
+    assert pids(warm["ddp"]) == pids(warm["zero1"]) and pids(iso["ddp"]) != pids(iso["zero1"])
+    for name in ("ddp", "zero1"):
+        # same seed, same weights, same data, same arithmetic: the second configuration of a warm
+        # group trains exactly as a fresh group does, and holds exactly the same model states
+        assert warm[name]["losses"] == iso[name]["losses"], name
+        assert warm[name]["warmup_losses"] == iso[name]["warmup_losses"], name
+        assert warm[name]["model_state_gb"] == iso[name]["model_state_gb"], name
+
+
+PEAKS = """
+import pytest
+
+@pytest.mark.llmbench(
+    strategies="ddp", model_config="hidden_size=768,intermediate_size=2048,num_hidden_layers=2"
+)
+def test_a_big(llmbench):
+    llmbench.train()
+
+@pytest.mark.llmbench(strategies="ddp")
+def test_b_small(llmbench):
+    llmbench.train()
+"""
+
+
+def test_a_small_configuration_after_a_big_one_reports_its_own_peak(bench):
+    bench.makepyfile(test_peaks=PEAKS)
+    args = ["test_peaks.py", *SHORT, "--llmbench-world-sizes=1", "--benchmark-disable"]
+    bench.runpytest_subprocess(*args, "--llmbench-results-dir=warm").assert_outcomes(passed=2)
+    bench.runpytest_subprocess(*args, "-k", "small", "--llmbench-results-dir=fresh").assert_outcomes(passed=1)
+    warm = sorted(
+        map(json.loads, map(Path.read_text, bench.path.glob("warm/*/result.json"))), key=lambda d: d["params"]
+    )
+    (fresh,) = map(json.loads, map(Path.read_text, bench.path.glob("fresh/*/result.json")))
+    small, big = warm
+    assert small["timing"]["launch"]["ranks"] == "warm" and pids(small) == pids(big)
+    assert small["model_state_gb"] == fresh["model_state_gb"]
+    # the peak resident set is reset at the window and the big run's memory was handed back: the
+    # small run's peak is its own, not the big one's (which is hundreds of MB higher)
+    gap = big["peak_host_rss_gb"] - fresh["peak_host_rss_gb"]
+    assert gap > 0.2, (big["peak_host_rss_gb"], fresh["peak_host_rss_gb"])
+    assert small["peak_host_rss_gb"] < fresh["peak_host_rss_gb"] + gap / 4, (
+        small["peak_host_rss_gb"],
+        fresh["peak_host_rss_gb"],
+        big["peak_host_rss_gb"],
+    )
+
+
+def test_progress_reaches_the_callback_and_the_next_configuration_is_warm(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    spec = RunSpec(
+        strategy="ddp", model="llama-tiny", seq_len=64, per_device_batch=2, steps=8, warmup=2, dtype="fp32"
+    )
+    pool = RankPool(tmp_path / "results")
+    seen: list[dict] = []
+    try:
+        outcomes = []
+        for k in range(2):
+            run_dir = tmp_path / "results" / f"run{k}"
+            run_dir.mkdir(parents=True)
+            launch = Launch(run_dir=run_dir, log_path=tmp_path / f"run{k}.log", world_size=1)
+            outcomes.append((pool.run(spec, launch, 120.0, str(REPO), seen.append), launch.timings))
+    finally:
+        pool.close()
+    assert [m.status for m, _ in outcomes] == ["ok", "ok"]
+    assert [t["ranks"] for _, t in outcomes] == ["fresh", "warm"]
+    assert all("message" in beat and "time" in beat for beat in seen)
+    phases = {beat.get("phase") for beat in seen} - {None}
+    assert phases <= set(PHASES) and "measuring" in phases, phases
+    measuring = [b for b in seen if b.get("phase") == "measuring" and "steps" in b]
+    assert all(b["steps"] == 8 and 1 <= b["step"] <= 8 for b in measuring)
+    assert (tmp_path / "run0.log").exists() and (tmp_path / "run1.log").exists()
+
+
+def test_sigkill_of_pytest_ends_its_ranks_within_seconds(bench, monkeypatch):
+    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:hang")  # the ranks sit in their first step
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "benchmarks",
+        "--llmbench-strategies=ddp",
+        "--llmbench-world-sizes=2",
+    ]
+    proc = subprocess.Popen(cmd, cwd=bench.path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            beats = list(bench.path.glob("results/*_results/rank1.progress"))
+            if (
+                beats
+                and read_heartbeat(beats[0]).get("phase") == "warmup"
+                and leftover_processes(str(bench.path))
+            ):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the ranks never reached their warm-up")
+        time.sleep(2)  # into the (hanging) first measured step
+        assert len(leftover_processes(str(bench.path))) >= 2  # the agent and its two ranks
+    finally:
+        proc.send_signal(signal.SIGKILL)  # no handler runs: only the kernel can end the ranks
+        proc.wait()
+    left = leftover_processes(str(bench.path))
+    deadline = time.monotonic() + 5
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = leftover_processes(str(bench.path))
+    assert not left, left

@@ -1,0 +1,209 @@
+"""Time to answer: how long a benchmark session takes, and how much of it is measuring.
+
+    python tools/time_to_answer.py -- pytest benchmarks/test_pretrain.py --llmbench-world-sizes=1,2
+    python tools/time_to_answer.py --json tta.json --goal-wall 150 --goal-share 0.6 -- \
+        pytest benchmarks/test_pretrain.py
+
+Runs the pytest command (results into a fresh directory unless the command names one), measures
+its wall time, then reads every result.json it wrote: the measured windows (timing.window_sec)
+summed, and their share of the wall time; per configuration, where its time went (ranks starting,
+setup, DeepSpeed ops, warm-up, the window, the untimed steps after it, and the rest: teardown,
+checks, pytest). It prints a table, writes the figures as JSON, and with --goal-wall /
+--goal-share says whether the session met them. The load average before and after goes with the
+figures: on a shared machine it decides them as much as the code does. Exit status: pytest's, or
+1 when a goal was missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS_OPTION = "--llmbench-results-dir"
+UNFINISHED = {2, 124, 137}
+"""Exit codes of a session that did not finish: pytest interrupted, or `timeout` ending it."""
+
+
+def _results_dir(command: list[str], given: str | None) -> tuple[list[str], Path]:
+    for i, arg in enumerate(command):
+        if arg.startswith(RESULTS_OPTION + "="):
+            return command, Path(arg.split("=", 1)[1])
+        if arg == RESULTS_OPTION and i + 1 < len(command):
+            return command, Path(command[i + 1])
+    where = Path(given) if given else Path(tempfile.mkdtemp(prefix="time-to-answer-", dir="."))
+    return [*command, f"{RESULTS_OPTION}={where}"], where
+
+
+def _machine() -> dict[str, Any]:
+    gpus = None
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        gpus = [line.strip() for line in out.stdout.splitlines() if line.strip()] or None
+    return {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "gpus": gpus,
+        "python": platform.python_version(),
+    }
+
+
+def _row(data: dict[str, Any]) -> dict[str, Any]:
+    """One configuration's time, from its result.json."""
+    timing = data.get("timing") or {}
+    launch = timing.get("launch") or {}
+    phases = timing.get("setup_phases") or {}
+    measurement = timing.get("measurement") or {}
+    total = launch.get("total_sec")
+    parts = {
+        "start": launch.get("to_first_progress_sec"),
+        "setup": timing.get("setup_sec"),
+        "ops": phases.get("ops_sec"),
+        "warmup": phases.get("warmup_sec"),
+        "window": timing.get("window_sec"),
+        "after": phases.get("after_window_sec"),
+    }
+    known = sum(v for v in parts.values() if v)
+    ops = timing.get("ops") or {}
+    return {
+        "test": (data.get("metadata") or {}).get("test"),
+        "name": f"{data.get('strategy')}-ws{data.get('world_size')}",
+        "status": data.get("status"),
+        "ranks": launch.get("ranks"),
+        "total": total,
+        **parts,
+        "other": total - known if total is not None else None,
+        # compiled here (not loaded from an earlier build): paid once per machine
+        "ops_compiled_sec": sum(o.get("sec", 0.0) for o in ops.values() if o.get("compiled")),
+        "steps": data.get("steps"),
+        "stopped": measurement.get("stopped"),
+        "precision": measurement.get("precision"),
+    }
+
+
+def collect(results_dir: Path) -> list[dict[str, Any]]:
+    rows = []
+    for path in sorted(results_dir.glob("*_results/result.json"), key=lambda p: p.stat().st_mtime):
+        try:
+            rows.append(_row(json.loads(path.read_text())))
+        except (OSError, ValueError) as exc:
+            print(f"skipping {path}: {exc}", file=sys.stderr)
+    return rows
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    columns = [
+        "name",
+        "status",
+        "ranks",
+        "total",
+        "start",
+        "setup",
+        "ops",
+        "warmup",
+        "window",
+        "after",
+        "other",
+    ]
+    columns += ["steps", "stopped", "precision"]
+    cells = [list(columns)]
+    for row in rows:
+        line = [_cell(row[c]) for c in columns]
+        line[-1] = f"+-{row['precision']:.1%}" if row["precision"] is not None else "-"
+        cells.append(line)
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--json", default="time_to_answer.json", help="where to write the figures")
+    parser.add_argument("--results-dir", help="results directory to pass pytest (default: a fresh one)")
+    parser.add_argument("--goal-wall", type=float, help="wall-time goal in seconds")
+    parser.add_argument("--goal-share", type=float, help="goal for the measuring share of wall time (0.6)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the pytest command")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the pytest command after --, e.g. -- pytest benchmarks/test_pretrain.py")
+    if command[0] == "pytest":
+        command = [sys.executable, "-m", "pytest", *command[1:]]
+    command, results_dir = _results_dir(command, args.results_dir)
+
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    code = subprocess.run(command, check=False).returncode
+    wall = time.monotonic() - started
+    load_after = os.getloadavg()
+
+    rows = collect(results_dir)
+    measuring = sum(r["window"] or 0.0 for r in rows)
+    builds = sum(r["ops_compiled_sec"] for r in rows)
+    figures = {
+        "command": command,
+        "exit_code": code,
+        "wall_sec": wall,
+        "measuring_sec": measuring,
+        "measuring_share": measuring / wall if wall > 0 else None,
+        "ops_compiled_sec": builds,
+        "wall_sec_without_op_builds": wall - builds,
+        "configurations": len(rows),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "machine": _machine(),
+        "results_dir": str(results_dir),
+        "rows": rows,
+    }
+    print(table(rows))
+    print(
+        f"\n{len(rows)} configurations in {wall:.1f} s wall; measured windows {measuring:.1f} s "
+        f"({figures['measuring_share']:.0%} of the wall time); pytest exit code {code}; "
+        f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after"
+    )
+    if builds:
+        print(
+            f"DeepSpeed ops compiled during the session (once per machine): {builds:.1f} s; "
+            f"wall without them {wall - builds:.1f} s"
+        )
+    missed = []
+    finished = code not in UNFINISHED
+    if args.goal_wall is not None:
+        ok = finished and wall <= args.goal_wall
+        missed += [] if ok else ["wall"]
+        how = f"{wall:.1f} s" if finished else f"stopped after {wall:.1f} s (exit code {code}), not finished"
+        print(f"goal wall <= {args.goal_wall:.0f} s: {'met' if ok else 'MISSED'} ({how})")
+    if args.goal_share is not None:
+        ok = figures["measuring_share"] is not None and figures["measuring_share"] >= args.goal_share
+        missed += [] if ok else ["share"]
+        print(f"goal measuring >= {args.goal_share:.0%}: {'met' if ok else 'MISSED'}")
+    figures["goals_missed"] = missed
+    Path(args.json).write_text(json.dumps(figures, indent=2))
+    print(f"figures: {args.json}")
+    return code or (1 if missed else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
