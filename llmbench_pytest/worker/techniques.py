@@ -9,9 +9,9 @@ What a technique cannot run on this device or install raises TechniqueUnavailabl
 anything changes, and the run is skipped with that reason. Nothing global outlives a run: the
 patches are per instance (Liger's fused loss only, never its process-wide cross_entropy), and
 the process-wide switches a run needs (the SDPA backend, inductor's cache and precision flags)
-are put back by Techniques.close(), which every strategy's close() calls, together with a
-Dynamo reset after compiled runs (ranks that train many configurations would otherwise reach
-Dynamo's recompile limit and silently run eagerly).
+are put back by Techniques.close(), which every strategy's close() calls. The Dynamo reset after
+compiled runs (ranks that train many configurations would otherwise reach Dynamo's recompile
+limit and silently run eagerly) is the rank's teardown's, worker/memory.release.
 """
 
 from __future__ import annotations
@@ -59,7 +59,6 @@ class Techniques:
     """For result.json (model_info.techniques)."""
     fp8_all_gather: bool = False
     """FSDP2 all-gathers the fp8 weights: their scales are precomputed after each optimizer step."""
-    compiled: bool = False
     undo: list[Callable[[], None]] = field(default_factory=list)
 
     def after_optimizer_step(self, model: nn.Module) -> None:
@@ -73,9 +72,6 @@ class Techniques:
         """Put back every process-wide switch; safe to call twice."""
         while self.undo:
             self.undo.pop()()
-        if self.compiled:
-            torch._dynamo.reset()
-            self.compiled = False
 
 
 def close_techniques(built: BuiltModel | None) -> None:
@@ -87,7 +83,7 @@ def close_techniques(built: BuiltModel | None) -> None:
 
 def apply_techniques(built: BuiltModel, spec: RunSpec, device: torch.device) -> BuiltModel:
     """Apply the run's techniques in place (nothing to do at the defaults); see the module doc."""
-    applied = Techniques(compiled=spec.compile)
+    applied = Techniques()
     built.techniques = applied
     if (spec.fused_loss, spec.fp8, spec.attention) == ("none", "none", "default"):
         return built
