@@ -1,5 +1,6 @@
-"""BENCHMARK_REPORT.md's validation checks: how each check went over the runs, then every
-failure with its numbers.
+"""BENCHMARK_REPORT.md's step jitter and validation checks: how steady each run's steps were
+(robustly: median, MAD, p95/p50, outliers with their positions, how well the mean is known), how
+each check went over the runs, then every failure with its numbers.
 
 Every check records `passed` (true, false, or null with the reason), `measured`, `limit` and
 `message` in result.json (checks/). The summary counts them per check, and names why a check
@@ -12,7 +13,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from .md_table import capped, md_table
+from ..analysis.stats import Jitter, mean_interval
+from . import fmt
+from .md_table import LIST_LIMIT, capped, md_table
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -46,9 +49,56 @@ def _summary(runs: Sequence[Run]) -> list[list[Any]]:
     return rows
 
 
+def _jitter_rows(runs: Sequence[Run]) -> list[list[Any]]:
+    rows = []
+    for r in runs:
+        times = [float(t) for t in r.data.get("step_times_sec") or []]
+        jitter, interval = Jitter.of(times), mean_interval(times)
+        if not r.ok or jitter is None or interval is None:
+            continue
+        where = ", ".join(str(i + 1) for i in jitter.outliers[:8]) + (
+            ", ..." if len(jitter.outliers) > 8 else ""
+        )
+        rows.append(
+            [
+                f"`{r.name}`",
+                len(times),
+                fmt.seconds(jitter.median),
+                fmt.seconds(jitter.mad),
+                f"{jitter.p95_over_p50:.2f}",
+                f"{len(jitter.outliers)} (steps {where})" if jitter.outliers else "0",
+                f"±{interval.relative:.1%}",
+            ]
+        )
+    return rows
+
+
+def jitter_section(runs: Sequence[Run]) -> list[str]:
+    """Within each run: the robust spread of its steps, which fails nothing, and how well its mean
+    is known, which the mean_interval check holds to --llmbench-max-interval on GPUs."""
+    rows = _jitter_rows(runs)[:LIST_LIMIT]  # every run's is in its result.json
+    if not rows:
+        return []
+    return [
+        "",
+        "## Step time within each run",
+        "",
+        "Median and MAD (median absolute deviation) of the measured steps, p95/p50, the outliers (steps "
+        "beyond 5 robust standard deviations of the median, counted from 1) and the 95% interval of the "
+        "mean step time (allowing for correlated steps, outliers clipped). Jitter alone fails nothing.",
+        "",
+        *capped(
+            md_table(
+                ["run", "steps", "median s", "MAD s", "p95/p50", "outliers", "mean known to"], rows
+            ).split("\n"),
+            "runs",
+        ),
+    ]
+
+
 def render(runs: Sequence[Run]) -> list[str]:
     rows = _summary(runs)
-    out = ["", "## Validation checks", ""]
+    out = [*jitter_section(runs), "", "## Validation checks", ""]
     if rows:
         out += [
             "Per check, over the runs that recorded it: passed, failed, and no verdict (the check does not "
