@@ -112,7 +112,7 @@ def check_model_states(result: Mapping[str, Any]) -> CheckOutcome:
     if measured is None:
         return CheckOutcome(name, None, "model states were not measured (no census)")
     if not predicted:
-        return CheckOutcome(name, None, f"{measured:.4f} GB measured; {_no_prediction(result)}", measured)
+        return CheckOutcome(name, None, f"{measured:.4f} GB measured; {_no_prediction(result)}")
     gap = measured / predicted - 1
     ws = result.get("world_size")
     detail = (

@@ -54,6 +54,13 @@ def check_scaling(
     name = "scaling"
     ws = int(result.get("world_size") or 1)
     if baseline is None:
+        if result.get("mode") == "in-rank":
+            return CheckOutcome(
+                name,
+                None,
+                f"under torchrun every run has torchrun's world size ({ws}): to measure scaling, run pytest "
+                "without torchrun with --llmbench-world-sizes=1,2 (each size its own torchrun group)",
+            )
         return CheckOutcome(
             name, None, f"no run of this configuration at a smaller world size than {ws} in this session"
         )

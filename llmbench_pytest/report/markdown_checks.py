@@ -66,7 +66,9 @@ def _jitter_rows(runs: Sequence[Run]) -> list[list[Any]]:
                 fmt.seconds(jitter.median),
                 fmt.seconds(jitter.mad),
                 f"{jitter.p95_over_p50:.2f}",
-                f"{len(jitter.outliers)} (steps {where})" if jitter.outliers else "0",
+                f"{len(jitter.outliers)} (step{'s' if len(jitter.outliers) > 1 else ''} {where})"
+                if jitter.outliers
+                else "0",
                 f"±{interval.relative:.1%}",
             ]
         )
