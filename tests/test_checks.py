@@ -265,3 +265,9 @@ def test_loss_must_fall():
     out = check_loss_falls(result(losses=[6.0, 6.5, 7.0]))
     assert out.passed is False and "first third 6.0000, of the last third 7.0000" in out.message
     assert check_loss_falls(result(losses=[5.0])).passed is None
+
+
+def test_scaling_of_repeated_runs_uses_their_mean():
+    one = result(world_size=1, tokens_per_sec=900.0, repeats={"count": 3, "tokens_per_sec_mean": 1000.0})
+    two = result(world_size=2, tokens_per_sec=2100.0, repeats={"count": 3, "tokens_per_sec_mean": 1900.0})
+    assert check_scaling(two, one, 0.60).measured == pytest.approx(0.95)

@@ -46,6 +46,12 @@ def _threads(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
     )
 
 
+def _throughput(r: Mapping[str, Any]) -> float | None:
+    """tokens/s: the repeats' mean where the run was repeated, else the run's."""
+    rep = r.get("repeats") or {}
+    return rep.get("tokens_per_sec_mean") or r.get("tokens_per_sec")
+
+
 def check_scaling(
     result: Mapping[str, Any], baseline: Mapping[str, Any] | None, min_efficiency: float
 ) -> CheckOutcome:
@@ -64,7 +70,7 @@ def check_scaling(
         return CheckOutcome(
             name, None, f"no run of this configuration at a smaller world size than {ws} in this session"
         )
-    t, t0 = result.get("tokens_per_sec"), baseline.get("tokens_per_sec")
+    t, t0 = _throughput(result), _throughput(baseline)
     n0 = int(baseline.get("world_size") or 1)
     how = mode(dict(result), dict(baseline))
     if not t or not t0 or how is None:

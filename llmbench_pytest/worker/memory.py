@@ -43,11 +43,19 @@ def census_bytes() -> dict[str, int]:
         if not issubclass(type(obj), torch.Tensor):
             continue
         _count(obj, seen, totals)
-        if obj.is_leaf and obj.requires_grad and obj.grad is not None:
-            # a gradient autograd just wrote has no Python object until someone reads .grad,
-            # so gc.get_objects() alone would miss it
-            _count(obj.grad, seen, totals)
+        grad = _grad(obj)
+        if grad is not None:
+            _count(grad, seen, totals)
     return totals
+
+
+def _grad(t: torch.Tensor) -> torch.Tensor | None:
+    """A parameter's gradient. One autograd just wrote has no Python object until someone reads
+    .grad, so gc.get_objects() alone would miss it."""
+    try:
+        return t.grad if t.is_leaf and t.requires_grad else None
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None  # wrapper tensors that keep no gradient of their own
 
 
 def _count(t: torch.Tensor, seen: set[int], totals: dict[str, int]) -> None:
