@@ -6,6 +6,7 @@
 #   usage: ci/cpu-smoke.sh [RESULTS_DIR]
 set -euo pipefail
 results=${1:-results-cpu-smoke}
-# shared 2-core CI machines make CPU step times swing; the step-time CV check is meant for GPUs
+# default thresholds: on CPU the timing checks (mean_interval, scaling) record their numbers
+# without a verdict, so shared 2-core CI machines cannot fail them; the others judge CPU runs too
 pytest benchmarks/ --llmbench-device=cpu --llmbench-world-sizes=1,2 --llmbench-results-dir="$results" \
-  --llmbench-max-cv=1 --llmbench-report -q
+  --llmbench-report -q

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOOSE_CV, saved_results
+from conftest import saved_results
 from llmbench_pytest.config.hardware import Hardware
 from llmbench_pytest.config.options import SessionOptions
 from llmbench_pytest.config.spec import RunSpec, SpecError
@@ -71,7 +71,7 @@ def measurement_of(root: Path) -> dict[str, dict]:
 
 
 def test_fixed_count_is_measured_exactly(bench):
-    args = ["benchmarks", LOOSE_CV, "--llmbench-launch=inprocess", "--llmbench-strategies=ddp"]
+    args = ["benchmarks", "--llmbench-launch=inprocess", "--llmbench-strategies=ddp"]
     result = bench.runpytest_subprocess(*args, "--llmbench-steps=5", "--benchmark-json=b.json")
     result.assert_outcomes(passed=1)
     run = measurement_of(bench.path)["ddp"]
@@ -84,7 +84,7 @@ def test_fixed_count_is_measured_exactly(bench):
 
 
 def test_adaptive_stops_at_the_precision_or_at_the_cap_and_says_which(bench):
-    args = ["benchmarks", LOOSE_CV, "--llmbench-launch=inprocess", "--llmbench-strategies=ddp,fsdp"]
+    args = ["benchmarks", "--llmbench-launch=inprocess", "--llmbench-strategies=ddp,fsdp"]
     args += ["--llmbench-min-steps=4", "--llmbench-max-steps=10"]
     # a loose target is met at the first check point; an impossible one runs to the cap
     bench.runpytest_subprocess(*args, "--llmbench-precision=60%", "-k", "ddp").assert_outcomes(passed=1)
@@ -101,7 +101,6 @@ def test_adaptive_stops_at_the_precision_or_at_the_cap_and_says_which(bench):
 def test_every_rank_stops_after_the_same_step(bench):
     result = bench.runpytest_subprocess(
         "benchmarks",
-        LOOSE_CV,
         "--llmbench-strategies=zero2",
         "--llmbench-world-sizes=2",
         "--llmbench-min-steps=4",

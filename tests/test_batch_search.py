@@ -3,7 +3,6 @@
 import json
 import sys
 
-from conftest import LOOSE_CV
 from llmbench_pytest.launch.batch_search import Trial, search
 
 
@@ -50,7 +49,6 @@ def test_search_recovers_from_real_out_of_memory_errors_in_the_session(bench, mo
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:oom>4")
     result = bench.runpytest_subprocess(
         "benchmarks/test_pretrain.py",
-        LOOSE_CV,
         "--llmbench-strategies=ddp",
         "--llmbench-launch=inprocess",
         "--llmbench-find-batch",
@@ -81,7 +79,6 @@ def test_a_tier_sets_the_memory_limit(bench):
     # tier A allows 24 GB; a limit below the host memory the run uses fails the memory check
     result = bench.runpytest_subprocess(
         "benchmarks/test_pretrain.py",
-        LOOSE_CV,
         "--llmbench-strategies=ddp",
         "--llmbench-launch=inprocess",
         "--llmbench-tier=A",

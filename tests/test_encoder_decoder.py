@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOOSE_CV, REPO, saved_results
+from conftest import REPO, saved_results
 from llmbench_pytest.config import datasets
 from llmbench_pytest.config.spec import SpecError
 
@@ -33,7 +33,6 @@ def data_folders(root: Path) -> list[Path]:
 def test_memory_and_disk_runs_report_epochs_and_the_data_wait(encdec_bench):
     result = encdec_bench.runpytest_subprocess(
         "benchmarks/test_encoder_decoder.py",
-        LOOSE_CV,
         *SMALL,
         "--llmbench-launch=inprocess",
         "--llmbench-strategies=ddp,zero2",
@@ -82,7 +81,6 @@ def test_disk_shards_are_reused_while_the_parameters_match(encdec_bench, tmp_pat
     data_dir = tmp_path / "ssd"
     args = (
         "benchmarks/test_encoder_decoder.py",
-        LOOSE_CV,
         *SMALL,
         "--llmbench-launch=inprocess",
         "--llmbench-strategies=ddp",
@@ -112,7 +110,6 @@ def test_disk_shards_are_reused_while_the_parameters_match(encdec_bench, tmp_pat
 def test_two_ranks_split_each_epoch_through_the_launcher(encdec_bench):
     result = encdec_bench.runpytest_subprocess(
         "benchmarks/test_encoder_decoder.py",
-        LOOSE_CV,
         *SMALL,
         "--llmbench-world-sizes=2",
         "--llmbench-strategies=fsdp",
@@ -184,7 +181,6 @@ def test_a_session_model_skips_the_benchmarks_of_another_kind(encdec_bench, tmp_
         "--llmbench-strategies=ddp",
         "--llmbench-launch=inprocess",
         "--llmbench-steps=3",
-        LOOSE_CV,
         "-rs",
     )
     result.assert_outcomes(passed=1, skipped=1)

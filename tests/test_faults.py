@@ -6,7 +6,7 @@ take (status, result.json, rank agreement, the next test) is the one a real fail
 
 import json
 
-from conftest import LOOSE_CV, torchrun
+from conftest import torchrun
 
 
 def result_of(bench, name, ws=1):
@@ -17,7 +17,7 @@ def result_of(bench, name, ws=1):
 def test_oom_in_one_configuration_fails_only_that_test(bench, monkeypatch):
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "zero2:oom")
     result = bench.runpytest_subprocess(
-        "benchmarks", LOOSE_CV, "--llmbench-strategies=ddp,zero2,fsdp", "--llmbench-world-sizes=1", "-v"
+        "benchmarks", "--llmbench-strategies=ddp,zero2,fsdp", "--llmbench-world-sizes=1", "-v"
     )
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
@@ -37,7 +37,7 @@ def test_oom_in_one_configuration_fails_only_that_test(bench, monkeypatch):
 def test_runtime_error_is_recorded_as_error(bench, monkeypatch):
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:error")
     result = bench.runpytest_subprocess(
-        "benchmarks", LOOSE_CV, "--llmbench-strategies=ddp,zero0", "--llmbench-launch=inprocess"
+        "benchmarks", "--llmbench-strategies=ddp,zero0", "--llmbench-launch=inprocess"
     )
     result.assert_outcomes(passed=1, failed=1)
     ddp = result_of(bench, "ddp")
@@ -49,7 +49,7 @@ def test_oom_on_one_rank_fails_the_test_on_every_rank_within_the_timeout(bench, 
     # the collective timeout ends the wait, and both ranks report rank 1's out-of-memory
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:oom:1")
     result = torchrun(
-        bench, 2, "benchmarks", LOOSE_CV, "--llmbench-strategies=ddp", "--llmbench-timeout=15", timeout=240
+        bench, 2, "benchmarks", "--llmbench-strategies=ddp", "--llmbench-timeout=15", timeout=240
     )
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*Failed: ddp oom: rank 1: torch.OutOfMemoryError*", "*1 failed*"])

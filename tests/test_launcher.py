@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOOSE_CV, saved_results
+from conftest import saved_results
 
 
 def runs(path: Path) -> dict[str, dict]:
@@ -40,7 +40,7 @@ def leftover_processes(marker: str) -> list[str]:
 
 def test_world_sizes_run_as_groups_with_per_rank_logs(bench):
     result = bench.runpytest_subprocess(
-        "benchmarks", LOOSE_CV, "--llmbench-strategies=ddp,zero2", "--llmbench-world-sizes=1,2,4", "-v", "-rs"
+        "benchmarks", "--llmbench-strategies=ddp,zero2", "--llmbench-world-sizes=1,2,4", "-v", "-rs"
     )
     result.assert_outcomes(passed=4, skipped=2)
     result.stdout.fnmatch_lines(["*test_pretrain?zero2-ws2-seq128-llama-tiny? PASSED*"])
@@ -61,7 +61,6 @@ def test_hanging_rank_fails_within_the_limit_and_the_next_test_runs(bench, monke
     started = time.monotonic()
     result = bench.runpytest_subprocess(
         "benchmarks",
-        LOOSE_CV,
         "--llmbench-strategies=ddp,zero0",
         "--llmbench-world-sizes=2",
         "--llmbench-timeout=8",
@@ -86,7 +85,7 @@ def test_hanging_rank_fails_within_the_limit_and_the_next_test_runs(bench, monke
 def test_killed_rank_is_reported_with_its_signal(bench, monkeypatch):
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:kill:1")
     result = bench.runpytest_subprocess(
-        "benchmarks", LOOSE_CV, "--llmbench-strategies=ddp,zero0", "--llmbench-world-sizes=2", "-v"
+        "benchmarks", "--llmbench-strategies=ddp,zero0", "--llmbench-world-sizes=2", "-v"
     )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
@@ -106,7 +105,6 @@ def test_interrupt_keeps_finished_results_and_ends_the_workers(bench, monkeypatc
         "-m",
         "pytest",
         "benchmarks",
-        LOOSE_CV,
         "--llmbench-strategies=ddp,zero0",
         "--llmbench-world-sizes=2",
         "--benchmark-autosave",
@@ -138,7 +136,6 @@ def test_interrupt_keeps_finished_results_and_ends_the_workers(bench, monkeypatc
 def test_repeats_report_mean_and_spread(bench):
     args = [
         "benchmarks",
-        LOOSE_CV,
         "--llmbench-launch=inprocess",
         "--llmbench-strategies=ddp",
         "--llmbench-repeat=3",

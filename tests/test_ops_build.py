@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import LOOSE_CV, TORCH_EXTENSIONS_DIR, saved_results
+from conftest import TORCH_EXTENSIONS_DIR, saved_results
 from llmbench_pytest.worker.ops import baton_holders, clear_stale_baton
 
 
@@ -56,7 +56,6 @@ def test_a_deepspeed_run_goes_on_past_a_stale_build_lock(bench, monkeypatch, tmp
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ops))
     result = bench.runpytest_subprocess(
         "benchmarks",
-        LOOSE_CV,
         "--llmbench-launch=inprocess",
         "--llmbench-strategies=zero0",
         "--llmbench-steps=6",

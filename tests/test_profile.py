@@ -2,13 +2,10 @@
 
 import json
 
-from conftest import LOOSE_CV
-
 
 def test_profile_trace_and_measured_collectives_at_two_ranks(bench):
     result = bench.runpytest_subprocess(
         "benchmarks",
-        LOOSE_CV,
         "--llmbench-strategies=ddp,zero3",
         "--llmbench-world-sizes=2",
         "--llmbench-profile",

@@ -13,12 +13,11 @@ import time
 
 import pytest
 
-from conftest import LOOSE_CV
 from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.session.eta import START_S, Eta, Planned, expected_seconds
 from llmbench_pytest.session.progress import duration, where
 
-SHORT = ("--llmbench-steps=3", "--llmbench-warmup=1", LOOSE_CV)
+SHORT = ("--llmbench-steps=3", "--llmbench-warmup=1")
 
 
 def spec(**changes) -> RunSpec:

@@ -4,9 +4,7 @@ import json
 
 import pytest
 
-from conftest import LOOSE_CV
-
-ARGS = ["benchmarks", LOOSE_CV, "--llmbench-launch=inprocess", "--llmbench-strategies=ddp,zero1"]
+ARGS = ["benchmarks", "--llmbench-launch=inprocess", "--llmbench-strategies=ddp,zero1"]
 
 
 def test_report_at_session_end(bench):

@@ -62,6 +62,11 @@ def test_spec_round_trips_through_a_dict():
         ({"batch": "two"}, "--llmbench-batch: must be a whole number; got 'two'"),
         ({"dtype": "bf8"}, "--llmbench-dtype: must be one of auto, bf16, fp16, fp32; got 'bf8'"),
         ({"max_cv": "-3"}, "--llmbench-max-cv: must be a number above 0"),
+        (
+            {"min_scaling": "60"},
+            "--llmbench-min-scaling: must be at most 1 (100 percent); got '60': write 0.6 or 60%",
+        ),
+        ({"max_interval": "x"}, "--llmbench-max-interval: must be a number; got 'x'"),
         ({"strategies": "ddp,nope"}, "--llmbench-strategies: unknown strategy 'nope'"),
     ],
 )
@@ -74,6 +79,8 @@ def test_option_errors_name_the_option(values, message):
 def test_percent_and_fraction_both_mean_a_fraction():
     assert SessionOptions().with_values({"max_cv": "10%"}, "ini").max_cv == pytest.approx(0.10)
     assert SessionOptions().with_values({"max_cv": "0.25"}, "ini").max_cv == pytest.approx(0.25)
+    assert SessionOptions().with_values({"min_scaling": "60%"}, "ini").min_scaling == pytest.approx(0.60)
+    assert SessionOptions().with_values({"max_interval": "0.05"}, "ini").max_interval == pytest.approx(0.05)
 
 
 def test_all_expands_to_every_strategy_and_offload_variant():

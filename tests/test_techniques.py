@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from conftest import LOOSE_CV, saved_results
+from conftest import saved_results
 from llmbench_pytest.analysis.trace import attention_kind, summarize
 from llmbench_pytest.config.hardware import Hardware
 from llmbench_pytest.config.options import SessionOptions
@@ -360,7 +360,6 @@ def test_gpu_records_the_attention_kernels_that_ran_and_fp8_runs_for_real(bench)
     fp8 = ["--llmbench-fp8=none,tensorwise", "--llmbench-compile"] if cc >= (8, 9) else []
     result = bench.runpytest_subprocess(
         "benchmarks/test_pretrain.py",
-        LOOSE_CV,
         "--llmbench-strategies=fsdp",
         "--llmbench-world-sizes=1",
         "--llmbench-model=llama-tiny",

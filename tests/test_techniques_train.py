@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from conftest import LOOSE_CV, saved_results
+from conftest import saved_results
 
 # found, not imported: the plugin's tests keep torch out of the process that drives pytest
 needs_torchao = pytest.mark.skipif(
@@ -22,7 +22,6 @@ def by_axes(root):
 def test_axes_train_in_one_session_and_the_report_compares_them(bench):
     result = bench.runpytest_subprocess(
         "benchmarks/test_pretrain.py",
-        LOOSE_CV,
         "--llmbench-launch=inprocess",
         "--llmbench-strategies=ddp",
         "--llmbench-fused-loss=none,chunked,liger",
@@ -70,7 +69,6 @@ def test_axes_train_in_one_session_and_the_report_compares_them(bench):
 def test_fp8_and_the_chunked_loss_train_sharded_on_two_ranks(bench):
     result = bench.runpytest_subprocess(
         "benchmarks/test_pretrain.py",
-        LOOSE_CV,
         "--llmbench-strategies=fsdp,zero3",
         "--llmbench-world-sizes=2",
         "--llmbench-fp8=tensorwise",
@@ -120,7 +118,6 @@ def test_the_batch_finder_searches_each_configuration_of_an_axis(bench, monkeypa
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:oom>4")
     result = bench.runpytest_subprocess(
         "benchmarks/test_pretrain.py",
-        LOOSE_CV,
         "--llmbench-launch=inprocess",
         "--llmbench-strategies=ddp",
         "--llmbench-fused-loss=none,chunked",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_launcher import leftover_processes
 
-from conftest import LOOSE_CV, REPO, saved_results
+from conftest import REPO, saved_results
 from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.launch import group as launch_group
 from llmbench_pytest.launch.launcher import MEASUREMENT_FILE, Launch, RankPool, read_heartbeat
@@ -42,7 +42,6 @@ def test_a_warm_group_serves_its_world_size_and_a_fault_starts_a_fresh_one(bench
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "fsdp:oom")
     result = bench.runpytest_subprocess(
         "benchmarks",
-        LOOSE_CV,
         *SHORT,
         "--llmbench-strategies=ddp,fsdp,fsdp_grad_op",
         "--llmbench-world-sizes=1,2",
@@ -82,7 +81,7 @@ def test_a_warm_group_serves_its_world_size_and_a_fault_starts_a_fresh_one(bench
 
 
 def test_warm_and_isolated_runs_agree(bench):
-    args = ["benchmarks", LOOSE_CV, *SHORT, "--llmbench-strategies=ddp,zero1", "--llmbench-world-sizes=2"]
+    args = ["benchmarks", *SHORT, "--llmbench-strategies=ddp,zero1", "--llmbench-world-sizes=2"]
     bench.runpytest_subprocess(*args, "--llmbench-results-dir=warm").assert_outcomes(passed=2)
     bench.runpytest_subprocess(
         *args, "--llmbench-results-dir=isolated", "--llmbench-isolate"

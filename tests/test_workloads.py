@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from conftest import LOOSE_CV, REPO, saved_results
+from conftest import REPO, saved_results
 
 
 @pytest.fixture
@@ -17,7 +17,6 @@ def lora_bench(bench):
 def test_lora_trains_only_the_adapters_and_prices_the_samples(lora_bench):
     result = lora_bench.runpytest_subprocess(
         "benchmarks/test_finetune_lora.py",
-        LOOSE_CV,
         "--llmbench-launch=inprocess",
         "--llmbench-strategies=ddp,zero3",
         "--llmbench-lora-rank=8",
@@ -35,7 +34,7 @@ def test_lora_trains_only_the_adapters_and_prices_the_samples(lora_bench):
 
 def test_diagnostic_matrix_runs_every_variant_it_can(lora_bench):
     result = lora_bench.runpytest_subprocess(
-        "benchmarks/test_lora_diagnostic.py", LOOSE_CV, "--llmbench-launch=inprocess", "-v", "-rs"
+        "benchmarks/test_lora_diagnostic.py", "--llmbench-launch=inprocess", "-v", "-rs"
     )
     # no GPU here: the paged 8-bit optimizer variant is skipped with its reason
     result.assert_outcomes(passed=5, skipped=1)

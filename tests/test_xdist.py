@@ -11,7 +11,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import LOOSE_CV, saved_results
+from conftest import saved_results
 from llmbench_pytest.config import hardware
 from llmbench_pytest.config.hardware import Hardware, NodeShare
 from llmbench_pytest.launch.matrix import _too_big
@@ -115,7 +115,6 @@ def test_two_workers_share_the_node_and_the_controller_reports_once(bench):
         "--llmbench-strategies=ddp,zero2",
         "--llmbench-steps=3",
         "--llmbench-warmup=1",
-        LOOSE_CV,
         "--llmbench-report",
         "--benchmark-autosave",
         "-rs",

@@ -5,31 +5,86 @@ parameter of 16-bit weights, 2 of 16-bit gradients and K = 12 of optimizer state
 weights, momentum, variance): 16 bytes per parameter for data parallelism. Partitioning over N
 ranks leaves ZeRO-1 4 + 12/N, ZeRO-2 2 + 14/N, ZeRO-3 16/N.
 
-How the strategies here map onto it:
+The census this predicts is taken at the end of autograd's backward of one untimed step (every
+gradient produced, activations freed, the optimizer step not yet run; worker/memory.py), before
+any strategy code that runs after autograd returns. How the strategies map onto it:
+
 - DDP and FSDP keep fp32 weights in the module (autocast, FSDP's MixedPrecisionPolicy): 4 + 4 + 8
-  = 16 per parameter, all on every rank for DDP, sharded 16/N for FSDP (after backward both FSDP
-  variants hold only their shards).
+  = 16 per parameter, all on every rank for DDP, sharded 16/N for FSDP (both FSDP variants
+  reduce-scatter inside backward and keep only their shards). bitsandbytes' 8-bit AdamW keeps
+  2 bytes of state instead of 8.
 - DeepSpeed keeps an fp32 master partition in the optimizer even when the model is fp32, so with
   p = 2 (bf16/fp16) or 4 (fp32) bytes per module parameter: ZeRO-1 p + p + 12/N, ZeRO-2
   p + (p + 12)/N, ZeRO-3 (2p + 12)/N; ZeRO-0 is plain data parallelism, 16.
+- What DeepSpeed still holds when autograd returns (its epilogue runs after): the gradient
+  bucket it was filling (reduce_bucket_size elements, two of them with overlap_comm); a gradient
+  larger than a bucket is reduced whole and the last one autograd produces, the input
+  embedding's (vocab x hidden), waits for the epilogue; ZeRO-3 at 2 or more ranks also still
+  holds that embedding's gathered weights. Measured on CPU at world
+  size 2 (llama-tiny, encoder-decoder, fp32 and bf16): ZeRO-1 14.05 bytes per parameter against
+  14 predicted, ZeRO-2 12.90 against 12.85, ZeRO-3 11.65 against 11.65 (fp32).
+- ZeRO-1 with overlap_comm (our GPU config) reduces while backward runs and keeps the gradients
+  larger than a bucket whole until after it, so what it holds then depends on how its bucket and
+  partition boundaries fall: no prediction. After backward it holds what ZeRO-2 holds (2x H200:
+  8.587 GB both), so DeepSpeed's ZeRO-1 and ZeRO-2 differ on a GPU only transiently.
 - CPU offload moves the optimizer state and the gradient partitions to host memory, so ZeRO-1/2
   keep only the p bytes of 16-bit weights on the device (measured on 2x H200: 2.04 GB for 0.95B
-  parameters); ZeRO-3 offload streams parameters in, so it has no steady device share to predict.
-The census (measured) and this prediction are reported side by side; a large gap is flagged.
+  parameters, 0.13 GB of it a transfer buffer the size of the largest parameter); ZeRO-3 offload
+  streams parameters in, so it has no steady device share to predict. On a CPU the device is the
+  host: the offloaded states are in the same census, and no device share is predicted.
+The census (measured) and this prediction are reported side by side; checks/memory.py holds each
+run to it (MODEL_STATE_TOLERANCE).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 GAP_FLAG = 0.25
 """Relative gap between measured and predicted above which the report flags a run."""
 
 
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """What DeepSpeed has not yet reduced or released when autograd's backward returns."""
+
+    embedding: int = 0
+    """Parameters of the input embedding (vocab x hidden), whose gradient autograd produces last."""
+    bucket: int = 0
+    """DeepSpeed's reduce_bucket_size, in elements."""
+    overlap_comm: bool = False
+    """DeepSpeed reduces gradients while backward runs (overlap_comm)."""
+
+    @classmethod
+    def of(cls, model_info: Mapping[str, Any], strategy_config: Mapping[str, Any]) -> InFlight:
+        """From a result's model_info and strategy_config (DeepSpeed's zero_optimization)."""
+        zero = (strategy_config.get("deepspeed_config") or {}).get("zero_optimization") or {}
+        vocab, hidden = model_info.get("vocab_size"), model_info.get("hidden_size")
+        return cls(
+            embedding=int(vocab) * int(hidden) if vocab and hidden else 0,
+            bucket=int(zero.get("reduce_bucket_size") or 0),
+            overlap_comm=bool(zero.get("overlap_comm")),
+        )
+
+
 def bytes_per_param(  # noqa: PLR0911 (one return per strategy reads as the table it is)
-    strategy: str, offload: str, world_size: int, dtype: str
+    strategy: str,
+    offload: str,
+    world_size: int,
+    dtype: str,
+    *,
+    overlap_comm: bool = False,
+    device: str = "cuda",
 ) -> float | None:
-    """Device bytes per parameter for model states after backward, before the optimizer step."""
+    """Device bytes per parameter for model states at the end of backward, before the optimizer step."""
     n = world_size
     p = 2 if dtype in ("bf16", "fp16") else 4
+    if offload != "none" and device != "cuda":
+        return None  # on a CPU the offloaded states stay in the same memory as the rest
     if strategy in ("ddp", "zero0"):
         return 16.0
     if strategy in ("fsdp", "fsdp_grad_op"):
@@ -37,12 +92,30 @@ def bytes_per_param(  # noqa: PLR0911 (one return per strategy reads as the tabl
     if strategy in ("zero1", "zero2") and offload == "cpu":
         return float(p)  # gradient partitions go to pinned host buffers with the optimizer state
     if strategy == "zero1":
-        return p + p + 12 / n
+        return None if overlap_comm else p + p + 12 / n
     if strategy == "zero2":
         return p + (p + 12) / n
     if strategy == "zero3" and offload == "none":
         return (2 * p + 12) / n
     return None
+
+
+def _in_flight_bytes(
+    strategy: str, offload: str, world_size: int, dtype: str, inflight: InFlight, embedding_trains: bool
+) -> float:
+    """Bytes DeepSpeed still holds when autograd returns (see the module docstring)."""
+    if not strategy.startswith("zero") or strategy == "zero0" or offload != "none":
+        return 0.0
+    p = 2 if dtype in ("bf16", "fp16") else 4
+    out = p * inflight.bucket * (2 if inflight.overlap_comm else 1)  # overlap_comm double-buffers it
+    if not embedding_trains:
+        return out  # a frozen embedding has no gradient to wait for, nor weights ZeRO-3 keeps
+    if strategy in ("zero2", "zero1") and (strategy == "zero2" or inflight.overlap_comm):
+        out += p * inflight.embedding
+    if strategy == "zero3":
+        # its gradient, and at 2+ ranks the weights gathered from the shards (one rank owns them whole)
+        out += p * inflight.embedding * (2 if world_size > 1 else 1)
+    return out
 
 
 def predicted_gb(
@@ -52,19 +125,34 @@ def predicted_gb(
     dtype: str,
     params: int | None,
     trainable: int | None = None,
+    *,
+    optimizer: str = "adamw_torch",
+    inflight: InFlight | None = None,
+    device: str = "cuda",
 ) -> float | None:
-    """Model states per rank in GB. With `trainable` below `params` (LoRA), the frozen weights
-    hold only themselves, in the run's 16-bit precision (fp32 in an fp32 run), sharded where the
-    strategy shards parameters; the trained ones follow the strategy's bytes per parameter."""
-    per = bytes_per_param(strategy, offload, world_size, dtype)
+    """Model states per rank in GB at the end of backward.
+
+    With `trainable` (LoRA), `params` are the frozen base weights and `trainable` the adapters
+    added to them (as worker/models.build_lora counts them): the frozen weights hold only
+    themselves, in the run's 16-bit precision (fp32 in an fp32 run), sharded where the strategy
+    shards parameters; the adapters follow the strategy's bytes per parameter."""
+    flight = inflight or InFlight()
+    per = bytes_per_param(
+        strategy, offload, world_size, dtype, overlap_comm=flight.overlap_comm, device=device
+    )
     if per is None or not params:
         return None
+    if optimizer != "adamw_torch":
+        if not strategy.startswith(("ddp", "fsdp")):
+            return None  # DeepSpeed around a client 8-bit optimizer: not measured yet
+        per -= 6.0 / (world_size if strategy.startswith("fsdp") else 1)  # 2 bytes of 8-bit state, not 8
     trained = params if trainable is None else trainable
-    frozen = params - trained
+    frozen = 0 if trainable is None else params
     weight_bytes = 2 if dtype in ("bf16", "fp16") else 4
     shards_weights = strategy in ("fsdp", "zero3")
     frozen_bytes = frozen * weight_bytes / (world_size if shards_weights else 1)
-    return (per * trained + frozen_bytes) / 1e9
+    extra = _in_flight_bytes(strategy, offload, world_size, dtype, flight, embedding_trains=trainable is None)
+    return (per * trained + frozen_bytes + extra) / 1e9
 
 
 def gap(measured_gb: float | None, predicted: float | None) -> float | None:

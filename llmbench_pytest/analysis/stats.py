@@ -185,6 +185,11 @@ class MeanInterval:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def steps_for(self, relative: float) -> int:
+        """About how many steps at this spread would know the mean to +-`relative`: the
+        half-width shrinks as one over the square root of the steps."""
+        return max(self.steps, math.ceil(self.steps * (self.relative / relative) ** 2))
+
 
 def _lag1(xs: list[float], mean: float) -> float:
     den = sum((x - mean) ** 2 for x in xs)

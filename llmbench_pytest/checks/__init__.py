@@ -1,33 +1,55 @@
 """The seeds' validation checks, as functions over result documents. Standard library only.
 
-One module per check family: memory.py (the limit), variance.py (step time and repeats),
-loss.py (loss falls), sharding.py (memory per rank follows the strategy), timing.py (events
-agree with the host clock). Each returns a CheckOutcome (outcome.py) whose message shows the
-numbers and, when it fails, what to change; `passed` is None when a check does not apply. The
-fixture records every outcome in result.json and then fails the test with all failed messages.
+One module per check family: memory.py (the limit; model states against their prediction),
+variance.py (between runs; how well a run's mean is known; repeats), loss.py (loss falls),
+sharding.py (seed 000's order of peak memory between strategies), scaling.py (throughput
+against a smaller world size), timing.py (events agree with the host clock); smoke.py says
+which verdicts a CPU run supports. Each returns a CheckOutcome (outcome.py) whose message shows
+the numbers and, when it fails, what to change; `passed` is None, with the reason, when a check
+does not apply. The fixture records every outcome in result.json and then fails the test with
+all failed messages.
 """
 
 from __future__ import annotations
 
 from .loss import check_loss_falls
-from .memory import check_memory
+from .memory import MODEL_STATE_TOLERANCE, check_memory, check_model_states
 from .outcome import CheckOutcome
-from .sharding import SHARDING_ORDER, STRICT_MARGIN, check_sharding, peer_key
+from .scaling import check_scaling
+from .sharding import BELOW_DDP_MARGIN, FSDP_BELOW_ZERO3, SHARDING_ORDER, check_sharding, peer_key
+from .smoke import CPU_SMOKE
 from .timing import TIMING_AGREEMENT, check_timing
-from .variance import check_repeat_spread, check_step_time_cv
+from .variance import MIN_EPOCHS, check_mean_interval, check_repeat_spread, check_step_time_cv
 
-CHECKS = ("memory", "step_time_cv", "loss_falls", "sharding", "repeat_spread", "timing")
+CHECKS = (
+    "memory",
+    "model_states",
+    "step_time_cv",
+    "mean_interval",
+    "loss_falls",
+    "sharding",
+    "scaling",
+    "repeat_spread",
+    "timing",
+)
 """The names `llmbench.validate(result, [...])` accepts, in the order they run."""
 
 __all__ = [
+    "BELOW_DDP_MARGIN",
     "CHECKS",
+    "CPU_SMOKE",
+    "FSDP_BELOW_ZERO3",
+    "MIN_EPOCHS",
+    "MODEL_STATE_TOLERANCE",
     "SHARDING_ORDER",
-    "STRICT_MARGIN",
     "TIMING_AGREEMENT",
     "CheckOutcome",
     "check_loss_falls",
+    "check_mean_interval",
     "check_memory",
+    "check_model_states",
     "check_repeat_spread",
+    "check_scaling",
     "check_sharding",
     "check_step_time_cv",
     "check_timing",

@@ -81,6 +81,14 @@ def _precision(raw: Any) -> float:
     return value
 
 
+def _share(raw: Any) -> float:
+    """A fraction of linear scaling, read as _fraction reads it, at most 1 (100%)."""
+    value = _fraction(raw)
+    if value > 1:
+        raise SpecError(f"must be at most 1 (100 percent); got {raw!r}: write 0.6 or 60%")
+    return value
+
+
 def _items(raw: Any) -> list[str]:
     if isinstance(raw, (list, tuple)):
         return [str(x).strip() for x in raw if str(x).strip()]
@@ -319,13 +327,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("results_dir", "where result.json files and logs go (default: results).", _path, "DIR"),
     Setting(
         "vram_limit_gb",
-        "peak memory limit for the memory check, in GB (default: the device's memory).",
+        "peak memory limit for the memory check, in GB: peak reserved GPU memory, or on CPU the "
+        "process's peak RSS (default: the run's tier's, from fixtures/tiers.toml: A 24, B 80).",
         _positive_float,
         "GB",
     ),
     Setting(
         "max_cv",
-        "largest step-time coefficient of variation the check accepts: 0.1 or 10 percent (default: 0.1).",
+        "seed 000's rule between runs: the largest coefficient of variation of the repeats' tokens/s "
+        "(--llmbench-repeat 2 or more) or of the epochs' wall times (5 epochs or more) that the "
+        "step_time_cv check accepts: 0.1 or 10 percent (default: 0.1). Within one run see "
+        "--llmbench-max-interval.",
         _fraction,
         "CV",
     ),
@@ -384,6 +396,22 @@ SETTINGS: tuple[Setting, ...] = (
         "largest deviation of one repeat's tokens/s from the repeats' mean that the consistency "
         "check accepts: 0.05 or 5 percent (default: 0.05).",
         _fraction,
+        "FRACTION",
+    ),
+    Setting(
+        "max_interval",
+        "how well a run's mean step time must be known: the largest half-width of its 95% confidence "
+        "interval, relative to the mean, that the mean_interval check accepts on a GPU: 0.1 or 10 percent "
+        "(default: 0.1, seed 000's tolerance between runs).",
+        _fraction,
+        "FRACTION",
+    ),
+    Setting(
+        "min_scaling",
+        "the least scaling efficiency, T(N) / ((N / N0) T(N0)) against the same configuration at the "
+        "smallest world size N0 of the session, that the scaling check accepts on a GPU: 0.6 or 60 "
+        "percent (default: 0.6, seed 000's 'investigate' line).",
+        _share,
         "FRACTION",
     ),
     Setting(
@@ -536,6 +564,8 @@ class SessionOptions:
     launch: str = "torchrun"
     repeat: int = 1
     max_repeat_spread: float = 0.05
+    max_interval: float = 0.10
+    min_scaling: float = 0.60
     report: bool = False
     gate: str | None = None
     gate_bounds: GateBounds | None = None

@@ -2,10 +2,10 @@
 
 Order: what to train with (per scenario), the table, scaling with the baseline each number is
 measured against, MFU (or why there is none), what each technique buys (markdown_techniques.py),
-what the GPU measurements say (memory against its
-prediction, where the step's time goes, GPU health: markdown_gpu.py), failed checks, runs that did
-not finish, files that could not be read, the plots. Long lists are cut at md_table.LIST_LIMIT
-entries; metrics.csv has them all.
+what the GPU measurements say (memory against its prediction, where the step's time goes, GPU
+health: markdown_gpu.py), the validation checks (markdown_checks.py: how each went, then every
+failure), runs that did not finish, files that could not be read, the plots. Long lists are cut at
+md_table.LIST_LIMIT entries; metrics.csv has them all.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from . import fmt, markdown_gpu, markdown_techniques, markdown_workloads
+from . import fmt, markdown_checks, markdown_gpu, markdown_techniques, markdown_workloads
 from .configs import Config, ConfigKey, scenario_title
 from .md_table import capped as _capped
 from .md_table import md_table as _md_table
@@ -187,12 +187,6 @@ def _mfu(configs: Sequence[Config]) -> list[str]:
     return out
 
 
-def _failed_checks(runs: Sequence[Run]) -> list[str]:
-    lines = [f"- `{r.name}` **{c.get('name')}**: {c.get('message')}" for r in runs for c in r.failed_checks]
-    out = ["", "## Failed validation checks", ""]
-    return out + (_capped(lines, "failed checks") if lines else ["Every check that applied passed."])
-
-
 def _unfinished(runs: Sequence[Run]) -> list[str]:
     lines = []
     for r in runs:
@@ -244,7 +238,7 @@ def render(
         *markdown_workloads.diagnostic(runs),
         *markdown_workloads.batch_search(runs),
         *markdown_workloads.encoder_decoder(runs),
-        *_failed_checks(runs),
+        *markdown_checks.render(runs),
         *_unfinished(runs),
         *_problems(collection),
         *_plots(plot_paths, plot_note, out_dir),

@@ -3,8 +3,8 @@
 - *Memory: measured vs predicted*: the model-state census against the ZeRO paper, flagged runs;
 - *Where the time goes*: time in collectives and its exposed part, bus volume and bus GB/s,
   host-to-device GB/s against the link's, and whether CUDA events agree with the host clock;
-- *GPU health during the runs*: utilisation, power, clocks, and a line for every run that
-  throttled, saying whether that is normal (power cap) or deserves attention (thermal, hardware).
+- *GPU health during the runs*: utilisation, power, clocks; the power cap (normal at the power
+  limit) said once, and a line for every run that needs attention (thermal, hardware slowdown).
 
 One table row per configuration (repeats averaged, as in *Results*), one line per run for what
 needs naming. A section with nothing to show is its heading and one line. Readings: gpu_truth.py.
@@ -77,10 +77,11 @@ def memory_section(configs: Sequence[Config], runs: Sequence[Run]) -> list[str]:
     cpu = sum(c.is_cpu for c in shown)
     device = "GPU" if not cpu else "CPU" if cpu == len(shown) else "GPU (host memory on CPU runs)"
     out.append(
-        f"Model states (weights, gradients, optimizer state) per rank after backward: *measured* by a census "
-        f"of the live tensors on the {device}"
+        "Model states (weights, gradients, optimizer state) per rank at the end of backward: *measured* by "
+        f"a census of the live tensors on the {device}"
         + ("; *host*: those in host memory, where offload keeps the optimizer state" if any_host else "")
-        + "; *predicted* from the ZeRO paper's bytes per parameter for the strategy (memory_model.py). "
+        + "; *predicted* from the ZeRO paper's bytes per parameter for the strategy (memory_model.py; "
+        "each run's model_states check holds the two within 5%). "
         f"*Gap* = measured / predicted - 1, **bold** beyond ±{GAP_FLAG:.0%}. The peak is the whole step's, "
         "activations included."
     )
@@ -262,11 +263,22 @@ def time_section(configs: Sequence[Config], runs: Sequence[Run]) -> list[str]:
 # ---- GPU health ---------------------------------------------------------------------------------
 
 
+def _power_cap_only(runs: Sequence[Run]) -> str:
+    """One sentence for the runs held back by the power cap alone: normal, said once."""
+    shares = [t.worst for r in runs for t in gpu_truth.throttles(r.data) if t.worst is not None]
+    lo, hi = (round(min(shares) * 100), round(max(shares) * 100)) if shares else (None, None)
+    span = "" if lo is None else f" (in {lo}% of samples)" if lo == hi else f" (in {lo}-{hi}% of samples)"
+    return f"by the power cap alone{span}: {gpu_truth.POWER_CAP_VERDICT}"
+
+
 def _throttle_lines(runs: Sequence[Run]) -> list[str]:
+    """A normal condition (the power cap at the power limit) in one sentence; a line for each run
+    that needs attention (thermal or hardware slowdown)."""
     throttled = [(r, ts) for r in runs if r.ok and (ts := gpu_truth.throttles(r.data))]
     if not throttled:
         return []
-    bad = [(r, ts) for r, ts in throttled if gpu_truth.needs_attention(ts)]
+    bad = [r for r, ts in throttled if gpu_truth.needs_attention(ts)]
+    capped_only = [r for r, ts in throttled if not gpu_truth.needs_attention(ts)]
     monitored = sum(1 for r in runs if r.ok and gpu_truth.monitors(r.data))
     # a result may say it throttled without per-rank monitors (older writers): no "of N" then
     of = (
@@ -275,16 +287,18 @@ def _throttle_lines(runs: Sequence[Run]) -> list[str]:
         else f"{len(throttled)} runs"
     )
     head = f"Throttled (NVML clock-event reasons, share of the monitor's samples): {of}"
-    if bad:
-        head += (
-            f". **{len(bad)} slowed down for thermal or hardware reasons** (listed first): their numbers "
-            f"understate the GPU; {gpu_truth.ATTENTION_ADVICE}."
-        )
-    else:
-        head += f", all by the power cap alone: {gpu_truth.POWER_CAP_VERDICT}."
-    ordered = bad + [(r, ts) for r, ts in throttled if not gpu_truth.needs_attention(ts)]
-    lines = [f"- `{r.name}`: {gpu_truth.throttle_text(r.data)}." for r, _ in ordered]
-    return ["", head, "", *capped(lines, "throttled runs")]
+    if not bad:
+        return ["", f"{head}, all {_power_cap_only(capped_only)}."]
+    head += (
+        f". **{len(bad)} slowed down for thermal or hardware reasons**: their numbers understate the GPU; "
+        f"{gpu_truth.ATTENTION_ADVICE}."
+    )
+    lines = [f"- `{r.name}`: {gpu_truth.throttle_text(r.data)}." for r in bad]
+    out = ["", head, "", *capped(lines, "throttled runs")]
+    if capped_only:
+        n = len(capped_only)
+        out += ["", f"The other {n} throttled run{'s' if n != 1 else ''}: {_power_cap_only(capped_only)}."]
+    return out
 
 
 def _monitor_errors(configs: Sequence[Config]) -> list[str]:

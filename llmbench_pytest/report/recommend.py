@@ -24,9 +24,11 @@ class PatternRules:
     """Thresholds for seed 000's result patterns; each compares runs of one scenario."""
 
     near_fastest: float = 0.10
-    """Within this fraction of the scenario's best tokens/s counts as fast (pattern 1)."""
+    """Within this fraction of the scenario's best tokens/s counts as fast (pattern 1); within this
+    fraction of a configuration's own tokens/s, another is nearly as fast."""
     hungry: float = 0.20
-    """Peak memory at least this fraction above the scenario's lowest is memory-hungry (pattern 1)."""
+    """Peak memory at least this fraction above that of a configuration nearly as fast is
+    memory-hungry (pattern 1)."""
     frugal: float = 0.20
     """Peak memory at least this fraction below the scenario's highest is memory-efficient (2, 3)."""
     good_speed: float = 0.75
@@ -37,7 +39,7 @@ class PatternRules:
 
 
 PATTERNS = {
-    "fast but memory-hungry": "good for models that fit with room to spare",
+    "fast but memory-hungry": "the leaner one costs little speed: prefer it when memory is tight",
     "memory-efficient with good speed": "the choice when memory is tight or the model is larger",
     "highest throughput, medium memory": "the all-round choice: fastest without the largest footprint",
     "poor scaling": "communication or offload overhead dominates; check the interconnect, or use fewer GPUs",
@@ -131,19 +133,36 @@ def _why_not(c: Config) -> str:
     return f"{c.strategy} ({c.status})"
 
 
+def _leaner_alternative(c: Config, others: list[Config], rules: PatternRules) -> Config | None:
+    """The leanest configuration nearly as fast as `c` (or faster) that needs much less memory:
+    what makes `c` memory-hungry is an alternative a user could pick at little cost in speed."""
+    t, mem = c.tokens_per_sec or 0, c.memory_gb or 0
+    alternatives = [
+        o
+        for o in others
+        if o is not c
+        and (o.tokens_per_sec or 0) >= (1 - rules.near_fastest) * t
+        and mem >= (1 + rules.hungry) * (o.memory_gb or 0)
+    ]
+    return min(alternatives, key=lambda o: o.memory_gb or 0, default=None)
+
+
 def _patterns(ok: list[Config], fastest: Config, rules: PatternRules) -> list[Finding]:
-    """Seed 000's patterns 1-3 among the finished configurations of one scenario."""
+    """Seed 000's patterns 1-3 among the finished configurations of one scenario. Memory is
+    weighed against what a configuration of similar speed needs, never against one much slower:
+    an offload run at a third of the speed makes nothing 'memory-hungry'."""
     with_mem = [c for c in ok if c.memory_gb and c.tokens_per_sec]
     if len(with_mem) < 2:
         return []
     best = max(c.tokens_per_sec or 0 for c in with_mem)
     leanest = min(with_mem, key=lambda c: c.memory_gb or 0)
     hungriest = max(with_mem, key=lambda c: c.memory_gb or 0)
-    lo, hi = leanest.memory_gb or 0, hungriest.memory_gb or 0
+    hi = hungriest.memory_gb or 0
     found: list[Finding] = []
     for c in with_mem:
         t, mem = c.tokens_per_sec or 0, c.memory_gb or 0
         speed = f"{fmt.tokens(t)} tokens/s ({fmt.pct(t / best, 0)} of the best)"
+        leaner = _leaner_alternative(c, with_mem, rules) if t >= (1 - rules.near_fastest) * best else None
         if c is fastest and c is not leanest and mem <= (1 - rules.frugal) * hi:
             found.append(
                 Finding(
@@ -153,13 +172,15 @@ def _patterns(ok: list[Config], fastest: Config, rules: PatternRules) -> list[Fi
                     f"{hungriest.strategy}'s {fmt.gb(hi)} GB",
                 )
             )
-        elif t >= (1 - rules.near_fastest) * best and mem >= (1 + rules.hungry) * lo:
+        elif leaner is not None:
+            lt, lm = leaner.tokens_per_sec or 0, leaner.memory_gb or 0
             found.append(
                 Finding(
                     "fast but memory-hungry",
                     c,
-                    f"{speed}, {fmt.gb(mem)} GB: {fmt.pct(mem / lo - 1, 0)} above "
-                    f"{leanest.strategy}'s {fmt.gb(lo)} GB",
+                    f"{speed}, {fmt.gb(mem)} GB: {fmt.pct(mem / lm - 1, 0)} more than {leaner.strategy}, "
+                    f"which is {'faster' if lt > t else 'nearly as fast'} ({fmt.tokens(lt)} tokens/s) "
+                    f"in {fmt.gb(lm)} GB",
                 )
             )
         elif c is not fastest and t >= rules.good_speed * best and mem <= (1 - rules.frugal) * hi:

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..analysis.scaling import efficiency
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -109,7 +111,7 @@ def scaling_table(configs: Sequence[Config]) -> dict[ConfigKey, Scaling]:
         mode, base = min(choices, key=lambda mb: (mb[1].world_size != 1, mb[0] != "weak"))
         t0 = base.tokens_per_sec
         assert t0 is not None
-        out[c.key] = Scaling(mode, base, t / ((c.world_size / base.world_size) * t0))
+        out[c.key] = Scaling(mode, base, efficiency(t, c.world_size, t0, base.world_size))
     return out
 
 
@@ -120,4 +122,4 @@ def efficiency_of_run(tokens_per_sec: float | None, world_size: int, scaling: Sc
     t0 = scaling.baseline.tokens_per_sec
     if not t0:
         return None
-    return tokens_per_sec / ((world_size / scaling.baseline_ws) * t0)
+    return efficiency(tokens_per_sec, world_size, t0, scaling.baseline_ws)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..analysis import comm_model, memory_model
 from ..analysis.flops import mfu, tflops_per_gpu
-from ..analysis.stats import StepStats, mean_interval, mean_of
+from ..analysis.stats import Jitter, StepStats, mean_interval, mean_of
 from ..config.presets import gpu_peak
 from .measurement import Measurement
 from .schema import GB, SCHEMA_VERSION
@@ -62,7 +62,7 @@ def build_result(
         "samples_per_sec": samples_per_sec,
         "tokens_per_sec_per_gpu": tokens_per_sec / spec.world_size if tokens_per_sec else None,
         **_costs(meta.get("price"), spec.world_size, samples_per_sec, tokens_per_sec),
-        **_step_spread(s, mean_step is not None),
+        **_step_spread(s, m.step_times, mean_step is not None),
         **_memory(spec, m),
         "h2d_source": h2d_source,
         "h2d_link_gbps": _min_rank(m.per_rank, "h2d_link_gbps"),
@@ -168,14 +168,24 @@ def _techniques(spec: RunSpec, m: Measurement) -> dict[str, Any]:
     }
 
 
-def _step_spread(s: StepStats, ok: bool) -> dict[str, float | None]:
+def _step_spread(s: StepStats, times: list[float], ok: bool) -> dict[str, Any]:
+    """How steady the steps were: the plain spread, the robust jitter summary (median, MAD, IQR,
+    p95/p50, outliers with their positions) and how well the mean is known (its 95% interval)."""
+    jitter = Jitter.of(times) if ok else None
+    interval = mean_interval(times) if ok else None
     return {
         "step_time_median_sec": _finite(s.median) if ok else None,
         "step_time_min_sec": _finite(s.min) if ok else None,
         "step_time_max_sec": _finite(s.max) if ok else None,
         "step_time_std_sec": _finite(s.std) if ok else None,
         "step_time_cv": _finite(s.cv) if ok else None,
+        "step_time_jitter": _finite_values(jitter.to_dict()) if jitter else None,
+        "step_time_mean_interval": _finite_values(interval.to_dict()) if interval else None,
     }
+
+
+def _finite_values(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: _finite(v) if isinstance(v, float) else v for k, v in d.items()}
 
 
 def _memory(spec: RunSpec, m: Measurement) -> dict[str, Any]:
@@ -187,6 +197,9 @@ def _memory(spec: RunSpec, m: Measurement) -> dict[str, Any]:
         spec.dtype,
         m.model.get("params"),
         m.model.get("trainable_params"),
+        optimizer=spec.optimizer,
+        inflight=memory_model.InFlight.of(m.model, m.strategy),
+        device=m.env.get("device", spec.device),
     )
     measured = _gb(_max_rank(m.per_rank, "census_bytes"))
     gap = memory_model.gap(measured, predicted)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .. import checks
-from ..analysis.stats import mean_of, spread_of
+from ..analysis.stats import mean_of, relative_spread, spread_of
 from ..config.datasets import with_epoch_steps
 from ..config.presets import tiers
 from ..launch import batch_search
@@ -205,18 +205,26 @@ class LlmbenchFixture:
         return result
 
     def memory_limit_gb(self) -> float | None:
-        """The memory check's limit: --llmbench-vram-limit-gb, else a chosen tier's, else (None) the
-        device's own memory."""
+        """The memory check's limit: --llmbench-vram-limit-gb, else the run's tier's (the tier
+        --llmbench-tier names, or the one auto picked for the device's memory)."""
+        return self._memory_limit()[0]
+
+    def _memory_limit(self) -> tuple[float | None, str]:
+        """The limit and where it came from, for the check's message."""
         opts = self.session.options
         if opts.vram_limit_gb:
-            return opts.vram_limit_gb
-        return tiers()[self.spec.tier].vram_limit_gb if opts.tier != "auto" else None
+            return opts.vram_limit_gb, "--llmbench-vram-limit-gb"
+        tier = tiers().get(self.spec.tier)
+        if tier is None:
+            return None, ""
+        how = "--llmbench-tier" if opts.tier != "auto" else "picked for this device"
+        return tier.vram_limit_gb, f"tier {tier.name}'s limit, {how}"
 
     def _search_batch(self) -> batch_search.SearchResult:
         """Short trial runs at several batch sizes; see batch_search.py."""
         opts = self.session.options
         cap = opts.max_batch or (256 if self.spec.device == "cuda" else 16)
-        limit = self.memory_limit_gb()
+        limit, source = self._memory_limit()
         trial_base = self.spec.replace(steps=TRIAL_STEPS, min_steps=0, warmup=1, profile_steps=0, trace=False)
         if self.spec.workload == "seq2seq":
             # an epoch-based trial: a warm-up epoch and a measured one, TRIAL_STEPS steps each,
@@ -236,7 +244,7 @@ class LlmbenchFixture:
                 pytest.skip(f"{spec.name}: {m.error}")
             if m.status not in ("ok", "oom"):
                 raise batch_search.SearchAborted(f"batch {batch}: {m.status}: {m.error}")
-            memory = checks.check_memory(data, limit)
+            memory = checks.check_memory(data, limit, source)
             fits = m.status == "ok" and memory.passed is not False
             reason = (m.error or "")[:200] if m.status == "oom" else ("" if fits else memory.message)
             log.info("batch search %s: batch %d %s", spec.name, batch, "fits" if fits else "does not fit")
@@ -253,11 +261,16 @@ class LlmbenchFixture:
     ) -> list[checks.CheckOutcome]:
         """Run the validation checks, record each in result.json, fail with every failed one.
 
-        memory: peak memory under --llmbench-vram-limit-gb (the device's memory by default).
-        step_time_cv: step-time coefficient of variation under --llmbench-max-cv (10%).
+        memory: peak memory under --llmbench-vram-limit-gb (the run's tier's limit by default).
+        model_states: the model states the census counted within 5% of the strategy's prediction.
+        step_time_cv: between runs (repeats' tokens/s, or 5+ epochs' wall times), coefficient of
+        variation under --llmbench-max-cv (10%).
+        mean_interval: on a GPU, the mean step time known to --llmbench-max-interval (+-10%, 95%).
         loss_falls: the last third of the measured losses below the first third.
-        sharding: model states per rank ZeRO-3 < ZeRO-2 <= ZeRO-1 < DDP and FSDP < DDP, against the
-        runs of this session with the same model, shapes and world size.
+        sharding: on a GPU at world size 2+, peak memory in seed 000's order (ZeRO and FSDP below
+        DDP, FSDP not below ZeRO-3), against this session's runs of the same model and shapes.
+        scaling: on a GPU, tokens/s against the same configuration at the smallest world size of
+        the session, at least --llmbench-min-scaling (60%) of linear.
         repeat_spread: with --llmbench-repeat, every repeat's tokens/s within
         --llmbench-max-repeat-spread (5%) of their mean.
         timing: on a GPU, the per-step CUDA events agree with the host clock around the window (2%).
@@ -273,10 +286,15 @@ class LlmbenchFixture:
         if unknown:
             raise ValueError(f"unknown check(s) {unknown}; choose from {', '.join(checks.CHECKS)}")
         run = {
-            "memory": lambda: checks.check_memory(data, self.memory_limit_gb()),
+            "memory": lambda: checks.check_memory(data, *self._memory_limit()),
+            "model_states": lambda: checks.check_model_states(data),
             "step_time_cv": lambda: checks.check_step_time_cv(data, opts.max_cv),
+            "mean_interval": lambda: checks.check_mean_interval(data, opts.max_interval),
             "loss_falls": lambda: checks.check_loss_falls(data),
             "sharding": lambda: checks.check_sharding(data, self.session.peers(data)),
+            "scaling": lambda: checks.check_scaling(
+                data, self.session.scaling_baseline(data), opts.min_scaling
+            ),
             "repeat_spread": lambda: checks.check_repeat_spread(data, opts.max_repeat_spread),
             "timing": lambda: checks.check_timing(data),
         }
@@ -307,6 +325,7 @@ def summarize_repeats(runs: list[RunResult]) -> dict[str, Any]:
         "tokens_per_sec": rates,
         "tokens_per_sec_mean": mean,
         "tokens_per_sec_std": spread_of(rates) or 0.0,
+        "tokens_per_sec_cv": relative_spread(rates) or 0.0,
         "mean_step_time_sec": steps,
         "mean_step_time_sec_mean": mean_of(steps),
         "mean_step_time_sec_std": spread_of(steps) or 0.0,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..analysis.scaling import mode
 from ..checks import peer_key
 from ..config.hardware import Hardware, detect, share_node
 from .progress import Quiet
@@ -31,6 +32,8 @@ class LlmbenchSession:
         self._ctx: DistContext | None = None
         self._ranks: RankPool | None = None
         self._peers: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+        self._series: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        """Successful runs by configuration less its world size and batch (scaling baselines)."""
         self.result_paths: list[Path] = []
         self.interrupted = False
         self.raw_settings: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
@@ -104,12 +107,27 @@ class LlmbenchSession:
             self._ctx = None
 
     def remember(self, result: dict[str, Any]) -> None:
-        """Keep successful results for the cross-strategy (sharding) checks later in the session."""
+        """Keep successful results for the checks that compare runs: the memory order between
+        strategies, and scaling against a smaller world size."""
         if result.get("status") == "ok":
             self._peers.setdefault(peer_key(result), {})[result["strategy"]] = result
+            self._series.setdefault(_series_key(result), []).append(result)
 
     def peers(self, result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self._peers.get(peer_key(result), {}).items() if k != result["strategy"]}
+
+    def scaling_baseline(self, result: dict[str, Any]) -> dict[str, Any] | None:
+        """The same configuration at the smallest world size below this run's that the session
+        measured, weak scaling (same per-device batch) before strong (same global batch)."""
+        ws = result.get("world_size") or 1
+        smaller = [
+            r
+            for r in self._series.get(_series_key(result), [])
+            if (r.get("world_size") or 1) < ws and mode(result, r) is not None
+        ]
+        if not smaller:
+            return None
+        return min(smaller, key=lambda r: (r["world_size"], mode(result, r) != "weak"))
 
     def machine_info(self) -> dict[str, Any]:
         """GPU model, driver and library versions for pytest-benchmark's machine_info."""
@@ -135,6 +153,12 @@ class LlmbenchSession:
         out = {k: info.get(k) for k in keep}
         out["world_size"] = self.world_size
         return out
+
+
+def _series_key(result: dict[str, Any]) -> tuple[Any, ...]:
+    """What must match for runs to scale against each other: all but world size and batch."""
+    keys = ("strategy", "model", "seq_len", "dtype", "device", "grad_ckpt", "compile", "workload")
+    return tuple(result.get(k) for k in (*keys, "optimizer", "lora_rank", "data", "diagnostic"))
 
 
 SESSION_KEY = pytest.StashKey[LlmbenchSession]()

@@ -1,49 +1,103 @@
 """Runs inside each rank: a test-only switch that makes a chosen run fail in a chosen way.
 
-LLMBENCH_INJECT_FAULT="<strategy>:<kind>[:<rank>]" (kind: oom, error, hang, exit, kill) makes
-the first measured step of that strategy raise an out-of-memory error (`oom>N`: only at per-device
-batches above N), raise a runtime error,
-sleep forever, exit with code 13, or die from SIGKILL, on the given rank (all ranks when
-omitted). The fault is raised
-inside the real training step, so what follows (status, result.json, the agreement between
-ranks, the session going on) is the path a real failure takes. Unset, it costs one dict lookup.
+LLMBENCH_INJECT_FAULT="<strategy>:<kind>[:<rank>]" (all ranks when the rank is omitted):
+
+- oom, error, hang, exit, kill: the first measured step raises an out-of-memory error (`oom>N`:
+  only at per-device batches above N), raises a runtime error, sleeps forever, exits with code
+  13, or dies from SIGKILL;
+- slow=SECONDS[@RUN]: from the first measured step on, every optimizer step of that rank sleeps
+  SECONDS first: a straggler, as a slower GPU or a busy host makes one. `@RUN` slows only the
+  RUN-th run of that strategy in this process (1-based): with --llmbench-repeat in-process, one
+  repeat that disagrees with the others;
+- jitter=SECONDS: every optimizer step of that rank sleeps a random time between 0 and SECONDS
+  first: an erratic rank, whose steps vary so much that a short run's mean is not known;
+- stage=N: DeepSpeed runs that strategy at ZeRO stage N (zero2:stage=1 is a ZeRO-2 that does not
+  partition its gradients): a strategy whose state is not sharded as its name says.
+
+The fault acts inside the real training run, so what follows (status, result.json, the checks,
+the agreement between ranks, the session going on) is the path a real failure takes. Unset, it
+costs one dict lookup.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import time
 from typing import TYPE_CHECKING
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 if TYPE_CHECKING:
     from ..config.spec import RunSpec
 
 ENV = "LLMBENCH_INJECT_FAULT"
-KINDS = ("oom", "error", "hang", "exit", "kill")
+KINDS = ("oom", "error", "hang", "exit", "kill", "slow", "jitter", "stage")
+_runs: dict[str, int] = {}
+"""Runs of each strategy this process has started measuring (for slow=S@RUN)."""
+_slow_hook: list[torch.utils.hooks.RemovableHandle] = []
+
+
+def _parse(spec: RunSpec, rank: int) -> tuple[str, str] | None:
+    """(kind, argument) when the fault applies to this strategy and rank, else None."""
+    raw = os.environ.get(ENV)
+    if not raw:
+        return None
+    parts = raw.split(":")
+    kind, _, arg = parts[1].replace(">", "=", 1).partition("=") if len(parts) > 1 else ("", "", "")
+    if len(parts) not in (2, 3) or kind not in KINDS:
+        raise ValueError(f"{ENV}={raw!r}: expected <strategy>:<{'|'.join(KINDS)}>[:<rank>]")
+    if parts[0] != spec.name or (len(parts) == 3 and int(parts[2]) != rank):
+        return None
+    return kind, arg
+
+
+def zero_stage(spec: RunSpec, stage: int) -> int:
+    """The ZeRO stage DeepSpeed is configured with: `stage`, unless a stage=N fault replaces it."""
+    fault = _parse(spec, 0)  # the config is the same on every rank
+    if fault is None or fault[0] != "stage":
+        return stage
+    return int(fault[1])
 
 
 def maybe_inject(spec: RunSpec, rank: int) -> None:
-    raw = os.environ.get(ENV)
-    if not raw:
+    """Called at the first measured step of every run."""
+    for handle in _slow_hook:  # a straggler slows its own run only
+        handle.remove()
+    _slow_hook.clear()
+    fault = _parse(spec, rank)
+    if fault is None:
         return
-    parts = raw.split(":")
-    if len(parts) not in (2, 3) or parts[1].split(">")[0] not in KINDS:
-        raise ValueError(f"{ENV}={raw!r}: expected <strategy>:<{'|'.join(KINDS)}>[:<rank>]")
-    if parts[0] != spec.name or (len(parts) == 3 and int(parts[2]) != rank):
-        return
-    kind, _, above = parts[1].partition(">")
-    if above and spec.per_device_batch <= int(above):
-        return  # "oom>8": only batches above 8 run out of memory (the batch search's test)
+    kind, arg = fault
     if kind == "oom":
-        raise torch.OutOfMemoryError(f"out of memory (injected by {ENV}={raw})")
+        if arg and spec.per_device_batch <= int(arg):
+            return  # "oom>8": only batches above 8 run out of memory (the batch search's test)
+        raise torch.OutOfMemoryError(f"out of memory (injected by {ENV}={os.environ[ENV]})")
     if kind == "error":
-        raise RuntimeError(f"injected failure ({ENV}={raw})")
+        raise RuntimeError(f"injected failure ({ENV}={os.environ[ENV]})")
     if kind == "hang":
         while True:
             time.sleep(3600)
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    os._exit(13)
+    if kind == "exit":
+        os._exit(13)
+    if kind in ("slow", "jitter"):
+        _slow_down(spec, rank, kind, arg)
+
+
+def _slow_down(spec: RunSpec, rank: int, kind: str, arg: str) -> None:
+    seconds, _, which = (arg or "0.5").partition("@")
+    _runs[spec.name] = _runs.get(spec.name, 0) + 1
+    if which and _runs[spec.name] != int(which):
+        return
+    delay = float(seconds)
+    draw = random.Random(spec.seed + rank)  # the same erratic steps on every run of the test
+
+    def sleep_first(_optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:
+        time.sleep(delay if kind == "slow" else draw.uniform(0, delay))
+
+    # every optimizer step of any strategy (DeepSpeed's wrap a torch optimizer) passes here
+    _slow_hook.append(register_optimizer_step_pre_hook(sleep_first))

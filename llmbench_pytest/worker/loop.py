@@ -5,9 +5,9 @@ waits for the device: losses stay on the device until the window closes, step ti
 events, and the only host work is queueing the step. The window holds a fixed count of steps or,
 by default, as many as it takes to know the mean step time to the precision asked (adaptive.py:
 check points every few steps read the finished steps without waiting for the device). After the
-window one more, untimed step
-takes a census of live tensors between its backward and its optimizer step, when parameters,
-gradients and optimizer state all exist; then, if asked, a few steps run under the profiler.
+window one more, untimed step takes a census of live tensors when its last backward ends, before
+its optimizer step, when parameters, gradients and optimizer state all exist; then, if asked, a
+few steps run under the profiler.
 NVML samples the GPU in a background thread for the length of the window.
 """
 
@@ -22,7 +22,7 @@ import torch
 
 from .adaptive import CAP, FIXED, PRECISION, StopRule, check_point
 from .faults import maybe_inject
-from .memory import PeakMemory, census_bytes
+from .memory import PeakMemory, census_at_end_of_backward, census_bytes
 from .monitor import GpuMonitor
 from .profiling import profile_steps
 from .progress import note
@@ -117,8 +117,16 @@ def after_window(
 ) -> tuple[dict[str, int], dict[str, Any] | None]:
     """The untimed steps after the window: the census step, then the profiled steps if asked."""
     accum = spec.grad_accum
-    _backward(strategy, feed, accum)
-    census = census_bytes()
+    for _ in range(accum - 1):
+        strategy.micro_step(feed.next(), False)
+    module = getattr(getattr(strategy, "built", None), "module", None)
+    census = None
+    if module is not None:
+        census = census_at_end_of_backward(module, lambda: strategy.micro_step(feed.next(), True))
+    else:
+        strategy.micro_step(feed.next(), True)
+    if census is None:  # no output of the module reached backward: count after the strategy's backward
+        census = census_bytes()
     strategy.optimizer_step()
     if not spec.profile_steps:
         return census, None

@@ -3,10 +3,14 @@
 - Device peaks come from the CUDA caching allocator (allocated and reserved), reset when the
   measured steps start.
 - Model states are counted by a census of live tensors: every tensor the process holds, each
-  storage once, taken after backward and before the optimizer step, when parameters, gradients
-  and optimizer state all exist and activations are gone. It reads what the strategy actually
-  allocated on this rank (a sharded parameter counts its local shard), on CPU and GPU alike, and
-  keeps the device's share apart from host memory (where offload puts states).
+  storage once, parameters' gradients included. It is taken at the end of autograd's backward of
+  one untimed step (`census_at_end_of_backward`), after every hook and autograd callback of that
+  backward and before any strategy code that runs after autograd returns: parameters, gradients
+  and optimizer state all exist and activations are gone. There DeepSpeed's ZeRO-1 still holds
+  full gradients (its epilogue keeps only its partition's), which tells it from ZeRO-2. It reads
+  what the strategy actually allocated on this rank (a sharded parameter counts its local shard),
+  on CPU and GPU alike, and keeps the device's share apart from host memory (where offload puts
+  states).
 - On the CPU the process's peak resident set (VmHWM) stands in for device memory; Linux lets a
   process reset it, so it too covers only the measured steps.
 - Between runs in one process (warm ranks, in-rank and in-process sessions) `release` hands back
@@ -19,8 +23,14 @@ import ctypes
 import gc
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from torch import nn
 
 
 def census_bytes() -> dict[str, int]:
@@ -35,21 +45,82 @@ def census_bytes() -> dict[str, int]:
         # objects (deprecated torch aliases) answer with a warning
         if not issubclass(type(obj), torch.Tensor):
             continue
-        t = obj
-        local = getattr(t, "_local_tensor", None)  # DTensor: count this rank's shard
-        if isinstance(local, torch.Tensor):
-            t = local
-        try:
-            storage = t.untyped_storage()
-            ptr = storage.data_ptr()
-        except (RuntimeError, NotImplementedError, TypeError):
-            continue  # meta or wrapper tensors own no memory
-        if ptr == 0 or ptr in seen:
-            continue
-        seen.add(ptr)
-        kind = storage.device.type
-        totals[kind] = totals.get(kind, 0) + storage.nbytes()
+        _count(obj, seen, totals)
+        grad = _grad(obj)
+        if grad is not None:
+            _count(grad, seen, totals)
     return totals
+
+
+def _grad(t: torch.Tensor) -> torch.Tensor | None:
+    """A parameter's gradient. One autograd just wrote has no Python object until someone reads
+    .grad, so gc.get_objects() alone would miss it."""
+    try:
+        return t.grad if t.is_leaf and t.requires_grad else None
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None  # wrapper tensors that keep no gradient of their own
+
+
+def _count(t: torch.Tensor, seen: set[int], totals: dict[str, int]) -> None:
+    local = getattr(t, "_local_tensor", None)  # DTensor: count this rank's shard
+    if isinstance(local, torch.Tensor):
+        t = local
+    try:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return  # meta or wrapper tensors own no memory
+    if ptr == 0 or ptr in seen:
+        return
+    seen.add(ptr)
+    kind = storage.device.type
+    totals[kind] = totals.get(kind, 0) + storage.nbytes()
+
+
+def census_at_end_of_backward(module: nn.Module, backward: Callable[[], Any]) -> dict[str, int] | None:
+    """Run `backward()` (forward and backward of one micro-batch through `module`, however a
+    strategy wraps it) and take the census when autograd's backward ends; None if it never ran.
+
+    A hook on the module's outputs fires as backward starts and queues an autograd final
+    callback; that callback queues the census behind every callback queued after it (DDP's and
+    FSDP's end-of-backward work), so the census sees each strategy's state once autograd is done
+    with it, and before code a strategy runs after autograd returns (DeepSpeed's epilogue)."""
+    engine = torch.autograd.Variable._execution_engine
+    out: dict[str, dict[str, int]] = {}
+    queued: list[bool] = []
+
+    def census() -> None:
+        out["census"] = census_bytes()
+
+    def behind_the_others() -> None:
+        engine.queue_callback(census)
+
+    def on_output_grad(grad: torch.Tensor) -> None:
+        if not queued:  # the first output gradient of this backward, once
+            queued.append(True)
+            engine.queue_callback(behind_the_others)
+
+    def on_forward(_module: nn.Module, _args: Any, output: Any) -> None:
+        for t in _tensors(output):
+            if t.requires_grad:
+                t.register_hook(on_output_grad)
+
+    handle = module.register_forward_hook(on_forward)
+    try:
+        backward()
+    finally:
+        handle.remove()
+    return out.get("census")
+
+
+def _tensors(output: Any) -> list[torch.Tensor]:
+    """The tensors of a module's output: a tensor, a tuple or list, or a dict-like ModelOutput."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    values = (
+        output.values() if isinstance(output, dict) else output if isinstance(output, tuple | list) else ()
+    )
+    return [v for v in values if isinstance(v, torch.Tensor)]
 
 
 _CLEAR_REFS = Path("/proc/self/clear_refs")

@@ -14,6 +14,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..faults import zero_stage
 from ..techniques import close_techniques
 from .base import compile_blocks, make_optimizer
 
@@ -47,8 +48,8 @@ def deepspeed_safe_arch_list(value: str | None) -> str | None:
 
 
 def build_config(spec: RunSpec, hidden_size: int, device: torch.device) -> dict[str, Any]:
-    stage = spec.info.zero_stage
-    assert stage is not None
+    assert spec.info.zero_stage is not None
+    stage = zero_stage(spec, spec.info.zero_stage)  # a test's injected fault may change it
     bucket = hidden_size * hidden_size
     zero: dict[str, Any] = {
         "stage": stage,

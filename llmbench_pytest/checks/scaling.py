@@ -1,0 +1,98 @@
+"""Seed 000: "scaling efficiency makes sense". A run at world size N against the same
+configuration at the smallest world size N0 measured in the session:
+
+    efficiency = T(N) / ((N / N0) T(N0))        (analysis/scaling.py; T = tokens/s)
+
+at least --llmbench-min-scaling. The default, 60%, is seed 000's own line: it puts 2 GPUs at 50%
+as its baseline and calls "<30% at 4 GPUs" a reason to investigate, which against its 2-GPU
+baseline is 30/50 = 60% of linear. It is also where the report names "poor scaling"
+(report/recommend.py). Measured on 2x H200 (llama-1b, weak scaling against one GPU): ddp 96%,
+fsdp 97%, fsdp_grad_op 98%, zero0 98%, zero1 102%, zero2 104%, zero3 95%, all far above it;
+zero2_offload 40% and zero3_offload 35% below it, and rightly failed: two GPUs delivered less
+than one (torchrun gave each rank OMP_NUM_THREADS=1, so DeepSpeed's CPU Adam ran on one thread
+per rank instead of 32; the message shows the threads per rank).
+
+Weak scaling keeps the per-device batch (llmbench's default); strong scaling keeps the global
+batch. On a CPU the efficiency is recorded without a verdict (smoke.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..analysis.scaling import efficiency, mode
+from .outcome import CheckOutcome
+from .smoke import cpu_smoke
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+def _unit(result: Mapping[str, Any], n: int) -> str:
+    kind = "GPU" if result.get("device") == "cuda" else "rank"
+    return f"{n} {kind}{'s' if n != 1 else ''}"
+
+
+def _threads(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+    """Host threads per rank when they differ from the baseline's (offload's CPU Adam uses them)."""
+    mine = (result.get("metadata") or {}).get("cpu_threads_per_rank")
+    base = (baseline.get("metadata") or {}).get("cpu_threads_per_rank")
+    if mine is None or base is None or mine == base:
+        return ""
+    return (
+        f" Host threads per rank: {base} at world size {baseline.get('world_size')}, {mine} at "
+        f"{result.get('world_size')} (torchrun sets OMP_NUM_THREADS=1 when it starts several ranks): "
+        "work on the host, such as offload's optimizer step, got fewer cores per rank."
+    )
+
+
+def _throughput(r: Mapping[str, Any]) -> float | None:
+    """tokens/s: the repeats' mean where the run was repeated, else the run's."""
+    rep = r.get("repeats") or {}
+    return rep.get("tokens_per_sec_mean") or r.get("tokens_per_sec")
+
+
+def check_scaling(
+    result: Mapping[str, Any], baseline: Mapping[str, Any] | None, min_efficiency: float
+) -> CheckOutcome:
+    """Throughput at this world size against `baseline`, the same configuration at the smallest
+    world size this session measured (None when there is none, or this run is it)."""
+    name = "scaling"
+    ws = int(result.get("world_size") or 1)
+    if baseline is None:
+        if result.get("mode") == "in-rank":
+            return CheckOutcome(
+                name,
+                None,
+                f"under torchrun every run has torchrun's world size ({ws}): to measure scaling, run pytest "
+                "without torchrun with --llmbench-world-sizes=1,2 (each size its own torchrun group)",
+            )
+        return CheckOutcome(
+            name, None, f"no run of this configuration at a smaller world size than {ws} in this session"
+        )
+    t, t0 = _throughput(result), _throughput(baseline)
+    n0 = int(baseline.get("world_size") or 1)
+    how = mode(dict(result), dict(baseline))
+    if not t or not t0 or how is None:
+        return CheckOutcome(
+            name, None, "no throughput to compare, or neither the per-device nor the global batch matches"
+        )
+    eff = efficiency(t, ws, t0, n0)
+    detail = (
+        f"{how} scaling: {_unit(result, ws)} {t:,.0f} tokens/s against {_unit(result, n0)} {t0:,.0f}: "
+        f"efficiency {eff:.0%} of linear ({ws / n0:g}x the baseline would be {ws / n0 * t0:,.0f})"
+    )
+    smoke = cpu_smoke(result)
+    if smoke:
+        return CheckOutcome(name, None, f"{detail}. Not judged: {smoke}", eff, min_efficiency)
+    if eff >= min_efficiency:
+        return CheckOutcome(name, True, f"{detail} >= {min_efficiency:.0%}", eff, min_efficiency)
+    return CheckOutcome(
+        name,
+        False,
+        f"{result.get('strategy')}: scales poorly: {detail} < {min_efficiency:.0%}. Communication or a slow "
+        "rank holds the group back: look at where the time goes (--llmbench-profile), the interconnect, "
+        f"and each rank's log; or lower --llmbench-min-scaling.{_threads(result, baseline)}",
+        eff,
+        min_efficiency,
+    )

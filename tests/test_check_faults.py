@@ -1,0 +1,97 @@
+"""Each validation check fails on the real fault it exists for, injected into real training runs
+(LLMBENCH_INJECT_FAULT, worker/faults.py), and the healthy runs beside it pass with the default
+thresholds. Timing-quality verdicts (mean_interval, scaling) are given on GPUs only; on CPU these
+tests show the fault in the recorded numbers, and tests/test_gpu.py holds the GPU verdicts."""
+
+import json
+
+import pytest
+
+from llmbench_pytest.checks import CPU_SMOKE, check_scaling
+
+
+def runs_of(bench):
+    out = {}
+    for path in bench.path.glob("results/*_results/result.json"):
+        data = json.loads(path.read_text())
+        out[f"{data['strategy']}-ws{data['world_size']}-r{data['repeat']['index']}"] = data
+    return out
+
+
+def check(run, name):
+    return next(c for c in run["checks"] if c["name"] == name)
+
+
+def test_a_zero2_that_keeps_full_gradients_fails_its_model_states(bench, monkeypatch):
+    # DeepSpeed runs "zero2" at stage 1: optimizer state partitioned, gradients not
+    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "zero2:stage=1")
+    result = bench.runpytest_subprocess(
+        "benchmarks", "--llmbench-strategies=zero1,zero2", "--llmbench-world-sizes=2", "-v"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_pretrain?zero1-ws2-seq128-llama-tiny? PASSED*",
+            "*- model_states: zero2: model states per rank at world size 2: * GB measured (census at the "
+            "end of backward), * GB predicted, +?.?%, beyond 5%; that is what zero1 holds*",
+        ]
+    )
+    runs = runs_of(bench)
+    zero2 = runs["zero2-ws2-r1"]
+    assert zero2["strategy_config"]["deepspeed_config"]["zero_optimization"]["stage"] == 1
+    assert check(zero2, "model_states")["passed"] is False and check(zero2, "model_states")["measured"] > 0.05
+    assert check(runs["zero1-ws2-r1"], "model_states")["passed"] is True
+
+
+def test_a_limit_below_the_peak_fails_peak_memory(bench):
+    result = bench.runpytest_subprocess(
+        "benchmarks",
+        "--llmbench-strategies=ddp",
+        "--llmbench-launch=inprocess",
+        "--llmbench-vram-limit-gb=0.1",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- peak_memory: ddp: peak host memory (RSS) * GB exceeds the limit of 0.100 GB "
+            "(--llmbench-vram-limit-gb)*"
+        ]
+    )
+
+
+def test_repeats_that_disagree_fail_between_runs(bench, monkeypatch):
+    # the second of three repeats runs with a straggling rank: 0.4 s more per step
+    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:slow=0.4@2")
+    result = bench.runpytest_subprocess(
+        "benchmarks", "--llmbench-strategies=ddp", "--llmbench-launch=inprocess", "--llmbench-repeat=3"
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- step_time_cv: ddp: tokens/s between repeats varies too much: tokens/s CV * over 3 repeats*",
+            "*- repeat_spread: ddp: repeats disagree*",
+        ]
+    )
+    runs = runs_of(bench)
+    rates = [runs[f"ddp-ws1-r{i}"]["tokens_per_sec"] for i in (1, 2, 3)]
+    assert rates[1] < 0.8 * min(rates[0], rates[2])  # the slowed repeat, and only it
+    assert check(runs["ddp-ws1-r3"], "step_time_cv")["measured"] > 0.10
+
+
+def test_a_slow_rank_shows_in_scaling(bench, monkeypatch):
+    # rank 1 of the two-rank run sleeps 1 s before every optimizer step
+    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:slow=1.0:1")
+    result = bench.runpytest_subprocess(
+        "benchmarks", "--llmbench-strategies=ddp", "--llmbench-world-sizes=1,2"
+    )
+    result.assert_outcomes(passed=2)  # on CPU scaling is recorded, not judged
+    runs = runs_of(bench)
+    one, two = runs["ddp-ws1-r1"], runs["ddp-ws2-r1"]
+    scaling = check(two, "scaling")
+    assert scaling["passed"] is None and CPU_SMOKE in scaling["message"]
+    assert scaling["measured"] < 0.6 and scaling["measured"] == pytest.approx(
+        two["tokens_per_sec"] / (2 * one["tokens_per_sec"])
+    )
+    # the verdict the same numbers get where timing is judged
+    on_gpu = check_scaling({**two, "device": "cuda"}, {**one, "device": "cuda"}, 0.6)
+    assert on_gpu.passed is False and "scales poorly" in on_gpu.message
