@@ -169,9 +169,11 @@ def release(device: torch.device, compiled: bool = False) -> None:
     accumulated statistics (allocation retries) reset, and freed host memory returned to the system,
     so that the next run's peaks and counts are its own."""
     if compiled:
-        import torch._dynamo
+        # `import torch._dynamo` here would make `torch` a local name of this whole function, and
+        # the CUDA branch below would read it unbound
+        from torch import _dynamo
 
-        torch._dynamo.reset()
+        _dynamo.reset()
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
