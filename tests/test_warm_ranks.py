@@ -205,3 +205,20 @@ def test_sigkill_of_pytest_ends_its_ranks_within_seconds(bench, monkeypatch):
         time.sleep(0.2)
         left = leftover_processes(str(bench.path))
     assert not left, left
+
+
+def test_a_failed_teardown_keeps_the_figures_and_ends_the_warm_group(bench, monkeypatch):
+    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:teardown")
+    result = bench.runpytest_subprocess(
+        "benchmarks", *SHORT, "--llmbench-strategies=ddp,zero1", "--llmbench-world-sizes=1", "-v"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    runs = by_config(bench.path)
+    ddp, zero1 = runs["ddp-ws1"], runs["zero1-ws1"]
+    assert ddp["status"] == "error" and "teardown failed: RuntimeError: injected" in ddp["error"]
+    # what the window measured is in the failed run's record of its rank
+    mine = ddp["per_rank"][0]
+    assert mine["mean_step_time_sec"] > 0 and mine["model_state_gb"] > 0 and mine["peak_host_rss_gb"] > 0
+    # the process that could not clean up served no further configuration
+    assert [r["timing"]["launch"]["ranks"] for r in (ddp, zero1)] == ["fresh", "fresh"]
+    assert zero1["status"] == "ok" and not set(pids(zero1)) & set(pids(ddp))

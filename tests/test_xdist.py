@@ -86,7 +86,9 @@ def _interval(result: dict) -> tuple[datetime, datetime]:
     return datetime.fromisoformat(meta["started_at"]), datetime.fromisoformat(meta["finished_at"])
 
 
-TWO_CORES = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two xdist workers need two CPU cores")
+TWO_CORES = pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="two xdist workers need two CPU cores"
+)
 
 
 @TWO_CORES

@@ -11,6 +11,8 @@ LLMBENCH_INJECT_FAULT="<strategy>:<kind>[:<rank>]" (all ranks when the rank is o
   repeat that disagrees with the others;
 - jitter=SECONDS: every optimizer step of that rank sleeps a random time between 0 and SECONDS
   first: an erratic rank, whose steps vary so much that a short run's mean is not known;
+- teardown: the run trains and measures, then releasing its memory raises: the figures are kept
+  in the failed run's per-rank records, and its warm group ends;
 - stage=N: DeepSpeed runs that strategy at ZeRO stage N (zero2:stage=1 is a ZeRO-2 that does not
   partition its gradients): a strategy whose state is not sharded as its name says.
 
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from ..config.spec import RunSpec
 
 ENV = "LLMBENCH_INJECT_FAULT"
-KINDS = ("oom", "error", "hang", "exit", "kill", "slow", "jitter", "stage")
+KINDS = ("oom", "error", "hang", "exit", "kill", "slow", "jitter", "stage", "teardown")
 _runs: dict[str, int] = {}
 """Runs of each strategy this process has started measuring (for slow=S@RUN)."""
 _slow_hook: list[torch.utils.hooks.RemovableHandle] = []
@@ -60,6 +62,13 @@ def zero_stage(spec: RunSpec, stage: int) -> int:
     if fault is None or fault[0] != "stage":
         return stage
     return int(fault[1])
+
+
+def teardown_fault(spec: RunSpec, rank: int) -> None:
+    """Called before a run's memory is released."""
+    fault = _parse(spec, rank)
+    if fault is not None and fault[0] == "teardown":
+        raise RuntimeError(f"injected teardown failure ({ENV}={os.environ[ENV]})")
 
 
 def maybe_inject(spec: RunSpec, rank: int) -> None:

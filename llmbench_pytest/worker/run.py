@@ -30,6 +30,7 @@ from . import env_info
 from .data import rank_batches
 from .dist import DistContext, all_gather_object, max_over_ranks, mean_over_ranks, renew_steps_group
 from .epoch_loop import epoch_loop
+from .faults import teardown_fault
 from .loop import LoopSamples, extra_steps, timed_loop
 from .memory import release
 from .models import build_model
@@ -98,7 +99,15 @@ def run_benchmark(
             traceback.clear_frames(exc.__traceback__)  # frames would keep the model alive
         del exc
     finally:
-        _teardown(spec, ctx, log, held)
+        try:
+            _teardown(spec, ctx, log, held)
+        except Exception as exc:
+            # the figures measured stand, but this process is in no known state to run the next
+            # configuration: an error status ends its warm group (main.py) and a fresh one follows
+            log.error("%s: teardown failed: %s", spec.name, _describe_error(exc))
+            if status == "ok":
+                status, error = "error", f"rank {ctx.rank}: teardown failed: {_describe_error(exc)}"
+            del exc
     setup = ("build_sec", "wrap_sec", "data_sec", "probe_sec")
     setup_s = sum(phases[k] for k in setup) if all(k in phases for k in setup) else None
     timing = {"phases": phases, "ops": ops or None}
@@ -171,6 +180,7 @@ def _teardown(spec: RunSpec, ctx: DistContext, log: logging.Logger, held: dict[s
     for key in ("built", "data"):
         held.pop(key, None)
     strategy = None
+    teardown_fault(spec, ctx.rank)
     release(ctx.device, compiled=spec.compile)
 
 
