@@ -59,10 +59,6 @@ def test_default_matrix_every_strategy_at_world_sizes_1_and_2(bench):
     for name in trained:
         scaling = next(c for c in runs[f"{name}-ws2"]["checks"] if c["name"] == "scaling")
         assert scaling["passed"] is None and scaling["measured"] > 0 and "weak scaling" in scaling["message"]
-    # at world size 2 the suite's own sharding check passed, on measured model states
-    for name in ("fsdp", "fsdp_grad_op", "zero1", "zero2", "zero3"):
-        check = next(c for c in runs[f"{name}-ws2"]["checks"] if c["name"] == "sharding_order")
-        assert check["passed"] is True, check
     assert runs["zero3-ws1"]["strategy_config"]["deepspeed_config"]["zero_optimization"]["stage"] == 3
     assert runs["zero2_offload-ws2"]["strategy_config"]["deepspeed_config"]["zero_optimization"][
         "offload_optimizer"

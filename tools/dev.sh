@@ -187,8 +187,9 @@ bench() {
 run_tests() {
     "$VENV/bin/ruff" check .
     "$VENV/bin/ruff" format --check .
-    # exit code 5 (no test collected) is a failure too: any non-zero code ends this script
-    "$VENV/bin/python" -m pytest "$@"
+    # exit code 5 (no test collected) is a failure too: any non-zero code ends this script;
+    # the slowest tests are listed so that CI's log shows where its time goes
+    "$VENV/bin/python" -m pytest --durations=25 "$@"
 }
 
 activate() {
