@@ -83,6 +83,26 @@ def test_a_second_run_never_overwrites_the_first(tmp_path):
     assert second.directory.name == "bench-node1-zero2-ws2-seq128-r2_results"
 
 
+def test_other_workloads_and_variants_are_named_not_numbered_as_repeats(tmp_path):
+    names = [
+        claim_run_paths(tmp_path, spec, host="node1").directory.name
+        for spec in (
+            SPEC,
+            SPEC.replace(workload="lora"),
+            SPEC.replace(workload="lora", diagnostic="fp16"),
+            SPEC.replace(workload="seq2seq"),
+            SPEC.replace(workload="seq2seq", data="disk"),
+        )
+    ]
+    assert names == [
+        "bench-node1-zero2-ws2-seq128_results",
+        "bench-node1-zero2-ws2-seq128-lora_results",
+        "bench-node1-zero2-ws2-seq128-lora-fp16_results",
+        "bench-node1-zero2-ws2-seq128-seq2seq_results",
+        "bench-node1-zero2-ws2-seq128-seq2seq-disk_results",
+    ]
+
+
 def test_atomic_write_leaves_no_partial_file(tmp_path):
     target = tmp_path / "result.json"
     write_json_atomic(target, {"strategy": "ddp"})

@@ -52,7 +52,12 @@ def claim_run_paths(results_dir: Path, spec: RunSpec, host: str | None = None) -
     """Create this run's result directory; an existing one (an earlier run) is never reused."""
     results_dir.mkdir(parents=True, exist_ok=True)
     stem = f"bench-{host or short_host()}-{spec.name}-ws{spec.world_size}-seq{spec.seq_len}"
-    # the technique axes off their defaults name the run, so its folder does not read as a repeat
+    # seed 000's name is a pretraining run's; another workload, a diagnostic variant, data from
+    # disk and the technique axes off their defaults name the run too, so that the default
+    # session's LoRA and encoder-decoder folders do not read as repeats (-r2, -r3) of pretraining
+    stem += f"-{spec.workload}" if spec.workload != "causal_lm" else ""
+    stem += f"-{spec.diagnostic}" if spec.diagnostic else ""
+    stem += f"-{spec.data}" if spec.data != "memory" else ""
     for prefix, value, default in (
         ("loss", spec.fused_loss, "none"),
         ("fp8", spec.fp8, "none"),
