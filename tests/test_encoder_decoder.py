@@ -99,7 +99,8 @@ def test_disk_shards_are_reused_while_the_parameters_match(encdec_bench, tmp_pat
         fh.truncate(100)
     encdec_bench.runpytest_subprocess(*args).assert_outcomes(passed=1)
     assert shard.stat().st_size == 32 * 256
-    reasons = [r["data_source"]["why_written"] for r in runs(encdec_bench.path).values()]
+    # every run of the three (one key per configuration in runs() would keep only one of them)
+    reasons = [r["data_source"]["why_written"] for r in saved_results(encdec_bench.path)]
     assert any("shard_0000.bin holds 100 bytes" in (w or "") for w in reasons)
 
     # another sequence length is another dataset, beside the first
