@@ -24,6 +24,14 @@ def saved_results(root: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in root.glob("results/*_results/result.json")]
 
 
+def runs_by_config(root: Path) -> dict[str, dict]:
+    """Saved runs by "<strategy>-ws<N>", for sessions that ran each configuration once."""
+    runs = saved_results(root)
+    found = {f"{d['strategy']}-ws{d['world_size']}": d for d in runs}
+    assert len(found) == len(runs), f"a configuration ran more than once: {sorted(found)}"
+    return found
+
+
 @pytest.fixture
 def bench(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytester directory holding the suite's benchmark file, with results under it."""

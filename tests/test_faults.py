@@ -4,14 +4,11 @@ Faults are injected with LLMBENCH_INJECT_FAULT inside the real training step, so
 take (status, result.json, rank agreement, the next test) is the one a real failure takes.
 """
 
-import json
-
-from conftest import torchrun
+from conftest import runs_by_config, torchrun
 
 
 def result_of(bench, name, ws=1):
-    (path,) = bench.path.glob(f"results/bench-*-{name}-ws{ws}-seq128_results/result.json")
-    return json.loads(path.read_text())
+    return runs_by_config(bench.path)[f"{name}-ws{ws}"]
 
 
 def test_oom_in_one_configuration_fails_only_that_test(bench, monkeypatch):

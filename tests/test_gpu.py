@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from conftest import runs_by_config
 from llmbench_pytest.worker.strategies.deepspeed_zero import deepspeed_safe_arch_list
 
 torch = pytest.importorskip("torch")
@@ -76,8 +77,7 @@ needs_two_gpus = pytest.mark.skipif(
 
 
 def _checks(bench, name, ws):
-    (path,) = bench.path.glob(f"results/bench-*-{name}-ws{ws}-seq128_results/result.json")
-    return {c["name"]: c for c in json.loads(path.read_text())["checks"]}
+    return {c["name"]: c for c in runs_by_config(bench.path)[f"{name}-ws{ws}"]["checks"]}
 
 
 @needs_gpu

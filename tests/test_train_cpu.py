@@ -7,16 +7,9 @@ import sys
 
 import pytest
 
+from conftest import runs_by_config
 from llmbench_pytest.config.spec import DEFAULT_STRATEGIES
 from llmbench_pytest.results.schema import SEED_FIELDS
-
-
-def results_of(path):
-    out = {}
-    for p in path.glob("results/*_results/result.json"):
-        data = json.loads(p.read_text())
-        out[f"{data['strategy']}-ws{data['world_size']}"] = data
-    return out
 
 
 def test_default_matrix_every_strategy_at_world_sizes_1_and_2(bench):
@@ -30,7 +23,7 @@ def test_default_matrix_every_strategy_at_world_sizes_1_and_2(bench):
         ["*SKIPPED*zero3_nvme needs a directory on NVMe: pass --llmbench-nvme-path=DIR*"]
     )
 
-    runs = results_of(bench.path)
+    runs = runs_by_config(bench.path)
     assert set(runs) == {f"{s}-ws{w}" for s in trained for w in (1, 2)}
     for name, run in runs.items():
         assert tuple(run)[: len(SEED_FIELDS)] == SEED_FIELDS
@@ -88,7 +81,7 @@ def test_in_process_one_rank_group(bench):
         "benchmarks", "--llmbench-launch=inprocess", "--llmbench-strategies=ddp,fsdp,zero2"
     )
     result.assert_outcomes(passed=3)
-    runs = results_of(bench.path)
+    runs = runs_by_config(bench.path)
     assert set(runs) == {"ddp-ws1", "fsdp-ws1", "zero2-ws1"}
     for run in runs.values():
         assert run["mode"] == "in-process" and run["status"] == "ok"

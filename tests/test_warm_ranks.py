@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_launcher import leftover_processes
 
-from conftest import REPO, saved_results
+from conftest import REPO, runs_by_config
 from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.launch import group as launch_group
 from llmbench_pytest.launch.launcher import MEASUREMENT_FILE, Launch, RankPool, read_heartbeat
@@ -23,10 +23,6 @@ from llmbench_pytest.worker import main as worker_main
 from llmbench_pytest.worker.progress import PHASES
 
 SHORT = ["--llmbench-warmup=1", "--llmbench-steps=3"]
-
-
-def by_config(root: Path) -> dict[str, dict]:
-    return {f"{d['strategy']}-ws{d['world_size']}": d for d in saved_results(root)}
 
 
 def pids(run: dict) -> list[int]:
@@ -57,7 +53,7 @@ def test_a_warm_group_serves_its_world_size_and_a_fault_starts_a_fresh_one(bench
             "*test_pretrain?ddp-ws2-*PASSED*",
         ]
     )
-    runs = by_config(bench.path)
+    runs = runs_by_config(bench.path)
     for ws in (1, 2):
         ddp, fsdp, after = runs[f"ddp-ws{ws}"], runs[f"fsdp-ws{ws}"], runs[f"fsdp_grad_op-ws{ws}"]
         launches = [r["timing"]["launch"] for r in (ddp, fsdp, after)]
@@ -213,7 +209,7 @@ def test_a_failed_teardown_keeps_the_figures_and_ends_the_warm_group(bench, monk
         "benchmarks", *SHORT, "--llmbench-strategies=ddp,zero1", "--llmbench-world-sizes=1", "-v"
     )
     result.assert_outcomes(passed=1, failed=1)
-    runs = by_config(bench.path)
+    runs = runs_by_config(bench.path)
     ddp, zero1 = runs["ddp-ws1"], runs["zero1-ws1"]
     assert ddp["status"] == "error" and "teardown failed: RuntimeError: injected" in ddp["error"]
     # what the window measured is in the failed run's record of its rank
