@@ -3,6 +3,7 @@
     llmbench report results/                          summary/metrics.csv, BENCHMARK_REPORT.md, plots/
     llmbench compare h100/ h200/ --cost 3.00 5.50     the same configurations side by side, with prices
     llmbench gate --baseline .benchmarks --current results/   exit 1 on a regression
+    llmbench ops                                      build DeepSpeed's JIT ops ahead of the sessions
 
 Bad input is one line on stderr that says what to fix, and exit status 2; no traceback.
 """
@@ -89,6 +90,34 @@ def _gate(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _ops(args: argparse.Namespace) -> int:
+    import logging
+
+    from .worker.ops import BUILDERS, build_ahead, default_ahead
+
+    device = args.device or ("cuda" if _has_cuda() else "cpu")
+    names = args.ops.split(",") if args.ops else default_ahead(device, args.nvme)
+    unknown = sorted(set(names) - set(BUILDERS))
+    if unknown:
+        raise ReportError(f"--ops {','.join(unknown)}: unknown op; choose from {', '.join(BUILDERS)}")
+    logging.basicConfig(level=logging.INFO, format="llmbench ops: %(message)s", stream=sys.stderr)
+    failed = 0
+    for name, got in build_ahead(names, device, logging.getLogger("llmbench")).items():
+        if "error" in got:
+            failed += 1
+            print(f"{name}: not built: {got['error']}")
+        else:
+            how = "compiled" if got["compiled"] else "already built"
+            print(f"{name}: {how} in {got['sec']:.1f} s ({got['dir']})")
+    return 1 if failed else 0
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _noise_factor(text: str) -> float:
     # gone, not silently ignored: a CI script that relied on it learns what replaced it
     raise argparse.ArgumentTypeError(
@@ -108,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_compare(sub)
     _add_gate(sub)
+    _add_ops(sub)
     return parser
 
 
@@ -231,6 +261,31 @@ def _add_gate(sub: Any) -> None:
     )
     gate.add_argument("--output", metavar="FILE", help="also write the gate's report to FILE (CI artifact)")
     gate.set_defaults(func=_gate)
+
+
+def _add_ops(sub: Any) -> None:
+    ops = sub.add_parser(
+        "ops",
+        help="build DeepSpeed's just-in-time ops now, so no benchmark session waits for a compiler",
+        formatter_class=_DESCRIBED,
+        description=(
+            "DeepSpeed compiles some ops the first time a process loads them: CPU Adam (offload),\n"
+            "async I/O (zero3_nvme), and on a CPU its shared-memory all-reduce. A session that meets\n"
+            "an unbuilt op waits for it (about 50 s for CPU Adam on a GPU host, 105 s with async I/O).\n"
+            "This builds them into the directory sessions load them from (TORCH_EXTENSIONS_DIR, or\n"
+            "one per torch and DeepSpeed installation), once per machine; built ops are found, not\n"
+            "rebuilt. Prints each op's time. Exit 1 when an op cannot be built here."
+        ),
+        epilog="example: llmbench ops --nvme    (on a GPU host that will run zero3_nvme)",
+    )
+    ops.add_argument(
+        "--device", choices=("cpu", "cuda"), help="build for this device (default: cuda if one is visible)"
+    )
+    ops.add_argument("--nvme", action="store_true", help="also async I/O, for zero3_nvme")
+    ops.add_argument(
+        "--ops", metavar="NAMES", help="exactly these, comma-separated: shm_comm, cpu_adam, async_io"
+    )
+    ops.set_defaults(func=_ops)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

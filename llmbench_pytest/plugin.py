@@ -18,7 +18,7 @@ import pytest
 
 from .config import hardware
 from .config.datasets import DATA_DIR_NAME
-from .config.options import SETTINGS, SessionOptions
+from .config.options import BY_NAME, SETTINGS, SessionOptions
 from .config.ranks import rank_env
 from .config.spec import SpecError
 from .launch.matrix import build_matrix, world_sizes
@@ -106,8 +106,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _no_writes_on_this_rank(config)
     session = LlmbenchSession(config, options, env)
     session.raw_settings = (ini, cli)
-    if env.is_writer:
-        _check_writable(session.results_dir)
+    _check_paths(session, options, ini)
     if options.gate:
         session.gate_baseline = _gate_baseline(config, options.gate)
     if xdist.is_worker(config):
@@ -123,28 +122,66 @@ def pytest_configure(config: pytest.Config) -> None:
     _sigterm_interrupts(config)
 
 
-def _check_writable(results_dir: Path) -> None:
-    """Refuse at start-up a results directory that cannot take files, not after an hour of training.
-    Nothing is created here: `pytest --help` or a session without benchmarks leaves no folder."""
-    existing = results_dir
+def _check_paths(s: LlmbenchSession, options: SessionOptions, ini: dict[str, Any]) -> None:
+    """Every folder the session will write to can be created and written, checked before the first
+    run: one line naming the option, the path, the OS error and the fix, not a traceback per test.
+    Rank 0 writes the results and the disk data set; every rank writes its NVMe swap files."""
+    folders = []
+    if s.env.is_writer:
+        folders.append(("results_dir", "results directory", s.results_dir, True))
+        # the data folder matters to sessions that read from disk; a -k that leaves the disk
+        # benchmarks out must not be stopped by it (their markers' disk runs fail with the reason)
+        if options.data_dir is not None and "disk" in options.data:
+            folders.append(
+                ("data_dir", "data directory", Path(s.config.invocation_params.dir, options.data_dir), True)
+            )
+    if options.nvme_path is not None:
+        # the matrix refuses a missing one with its own fix (create it on the NVMe drive)
+        nvme = Path(s.config.invocation_params.dir, options.nvme_path)
+        folders.append(("nvme_path", "NVMe directory", nvme, False))
+    for name, what, path, may_create in folders:
+        problem = _not_writable(path, may_create)
+        if problem:
+            setting = BY_NAME[name]
+            given = (
+                setting.option
+                if name in options.explicit
+                else f"{setting.ini} (ini file)"
+                if name in ini
+                else f"{setting.option} (default)"
+            )
+            raise pytest.UsageError(
+                f"{given}: {what} {str(path)!r} is not writable ({problem}): pass {setting.option}=DIR "
+                "naming a folder this user can create and write, or fix its permissions."
+            )
+
+
+def _os_error(exc: OSError) -> str:
+    return f"[Errno {exc.errno}] {exc.strerror}" if exc.errno and exc.strerror else str(exc)
+
+
+def _not_writable(folder: Path, may_create: bool) -> str | None:
+    """Why `folder` cannot take files, or None. A missing folder must be creatable: a probe folder
+    is made (and removed) where it would go, which also catches what os.access cannot see as root
+    (/proc, a read-only mount). Nothing is left behind: `pytest --help` or a session without
+    benchmarks leaves no folder."""
+    existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
-    problem = None
     if not existing.is_dir():
-        problem = f"{existing} is not a directory"
-    elif existing == results_dir:
-        try:
-            with tempfile.NamedTemporaryFile(dir=results_dir, prefix=".llmbench-write-test-"):
+        return f"{existing} is a file, not a folder"
+    if existing != folder and not may_create:
+        return None
+    try:
+        if existing == folder:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".llmbench-write-test-"):
                 pass
-        except OSError as exc:
-            problem = exc.strerror or str(exc)
-    elif not os.access(existing, os.W_OK | os.X_OK):
-        problem = f"cannot create it inside {existing}"
-    if problem:
-        raise pytest.UsageError(
-            f"results directory {str(results_dir)!r} is not writable ({problem}): fix its permissions "
-            "or pass --llmbench-results-dir=DIR."
-        )
+        else:
+            os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".llmbench-write-test-"))
+    except OSError as exc:
+        where = "write a file in it" if existing == folder else f"create a folder in {existing}"
+        return f"cannot {where}: {_os_error(exc)}"
+    return None
 
 
 def _gate_baseline(config: pytest.Config, ref: str) -> Path:
@@ -341,6 +378,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if errors:
         raise pytest.UsageError("\n".join(errors))
     s = get_session(session.config)
+    _look_at_gpus(session, s)  # before any rank starts, and before check_collection's process group
     if s.env.under_torchrun and s.world_size > 1:
         from .session.agreement import check_collection
 
@@ -354,6 +392,58 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         session.config.stash[_SHIPPED_KEY]["plan"] = plan
     writer = s.env.is_writer and not worker  # a worker's terminal is nobody's: the controller shows
     s.progress = progress.for_session(session.config, plan, writer, in_rank=s.mode != "launcher")
+
+
+def _look_at_gpus(session: pytest.Session, s: LlmbenchSession) -> None:
+    """Look before training: another process on the GPUs the selected benchmarks will train on
+    stops the session with one line, or is waited for (--llmbench-wait-for-gpus). Nothing is
+    looked at without a GPU, without a benchmark to train, or for --collect-only."""
+    config = session.config
+    if config.option.collectonly or xdist.is_controller(config):
+        return
+    sizes = [
+        getattr(spec, "world_size", 1)
+        for item in session.items
+        if "llmbench" in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("skip") is None
+        and (spec := getattr(getattr(item, "callspec", None), "params", {}).get("llmbench")) is not None
+    ]
+    if not sizes or s.hardware().device != "cuda":
+        return
+    from .config.nvml import NvmlUnavailable
+    from .session import preflight
+
+    hw = s.hardware()
+    if s.mode == "in-rank":
+        ids = preflight.visible_gpus(hw.gpu_count, s.env.local_rank)  # this rank's own GPU
+    else:  # launcher groups use the first world-size GPUs; in-process, the first
+        ids = preflight.visible_gpus(min(hw.gpu_count, max(sizes) if s.mode == "launcher" else 1), None)
+    siblings = s.env.under_torchrun or xdist.is_worker(config)  # the job's other ranks, or workers
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(line)
+
+    limit = s.options.wait_for_gpus or 0.0
+    try:
+        holders, waited = preflight.wait_for_gpus(
+            lambda: preflight.query_gpus(ids), lambda: preflight.session_pids(siblings), limit, say
+        )
+    except NvmlUnavailable as exc:
+        say(
+            f"llmbench: could not look at the GPUs before training ({exc}); "
+            "another process there would show as OOMs"
+        )
+        return
+    if holders:
+        message = preflight.refusal(holders, waited if limit else None)
+        if xdist.is_worker(config):
+            # pytest-xdist turns a worker's usage error into an INTERNALERROR without the message:
+            # this worker's benchmarks fail at once with it instead (session/fixture.py)
+            s.refusal = message
+            return
+        raise pytest.UsageError(message)
 
 
 @pytest.hookimpl(wrapper=True)

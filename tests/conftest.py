@@ -1,22 +1,43 @@
-"""Helpers for the plugin's own tests: run the benchmarks the way users do, in subprocesses."""
+"""Helpers for the plugin's own tests: run the benchmarks the way users do, in subprocesses.
+
+The suite runs in a shuffled order (seeded; the seed is in pytest's header, `--shuffle-seed=N`
+replays it) and under pytest-xdist (tools/dev.sh passes `-n`), so no test may depend on another's
+leftovers or on running alone. Tests that read one shared session (`shared_bench`, from a
+module- or session-scoped fixture) carry `@pytest.mark.xdist_group(<its name>)` so that one worker
+trains it once.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from llmbench_pytest.worker.ops import extensions_root
+
 REPO = Path(__file__).resolve().parents[1]
-# pytester points HOME at a fresh directory per test; DeepSpeed's JIT-built CPU ops (CPU Adam,
-# the shared-memory all-reduce) would then be rebuilt, a minute each, in every test
-TORCH_EXTENSIONS_DIR = os.environ.get(
-    "TORCH_EXTENSIONS_DIR", str(Path("~/.cache/torch_extensions").expanduser())
-)
+# pytester points HOME at a fresh directory per test, and torch would then rebuild DeepSpeed's
+# JIT ops (CPU Adam, the shared-memory all-reduce), a minute each, in every test: pin the
+# directory a user's sessions use, which `llmbench ops build` (tools/dev.sh setup) fills
+TORCH_EXTENSIONS_DIR = str(extensions_root())
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+# what a child session must not inherit from this one: torchrun's rank variables, pytest-xdist's
+# worker identity (the plugin and pytest-benchmark would take the child for an xdist worker) and
+# an injected fault a test set for itself
+CHILD_UNSET = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "MASTER_ADDR",
+    "MASTER_PORT", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
+    "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST", "LLMBENCH_INJECT_FAULT",
+)  # fmt: skip
+FEW_STEPS = ["--llmbench-warmup=1", "--llmbench-steps=3"]
+"""A fixed, short measurement, for tests that read what a run records rather than how it measures."""
 
 
 def saved_results(root: Path) -> list[dict]:
@@ -32,20 +53,74 @@ def runs_by_config(root: Path) -> dict[str, dict]:
     return found
 
 
+@pytest.fixture(autouse=True)
+def _leaves_the_process_as_it_found_it():
+    """A test that changes this process's environment, CPU affinity or working directory and
+    does not undo it changes every later test on its worker: refuse it where it happens."""
+    before = (dict(os.environ), os.sched_getaffinity(0), os.getcwd())
+    yield
+    env, cores, cwd = before
+    changed = sorted(k for k in env.keys() | os.environ.keys() if env.get(k) != os.environ.get(k))
+    changed = [k for k in changed if k != "PYTEST_CURRENT_TEST"]
+    assert not changed, f"this test left environment variables changed: {changed}"
+    assert os.sched_getaffinity(0) == cores, "this test left the process's CPU affinity changed"
+    assert os.getcwd() == cwd, f"this test left the working directory at {os.getcwd()}"
+
+
+def _copy_benchmarks(root: Path) -> None:
+    (root / "benchmarks").mkdir(parents=True)
+    shutil.copy(REPO / "benchmarks" / "test_pretrain.py", root / "benchmarks" / "test_pretrain.py")
+
+
 @pytest.fixture
 def bench(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytester directory holding the suite's benchmark file, with results under it."""
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", TORCH_EXTENSIONS_DIR)
-    monkeypatch.delenv("LLMBENCH_INJECT_FAULT", raising=False)
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT"):
+    for name in CHILD_UNSET:
         monkeypatch.delenv(name, raising=False)
-    (pytester.path / "benchmarks").mkdir()
-    shutil.copy(REPO / "benchmarks" / "test_pretrain.py", pytester.path / "benchmarks" / "test_pretrain.py")
+    _copy_benchmarks(pytester.path)
     return pytester
 
 
-def torchrun(pytester: pytest.Pytester, nproc: int, *args: str, timeout: float = 600) -> pytest.RunResult:
-    """`torchrun --nproc_per_node=N -m pytest ARGS` in the pytester directory."""
+class SharedBench:
+    """A directory like `bench`'s that outlives one test: a module- or session-scoped fixture
+    trains in it once and several tests read what it wrote. Children run as pytester's do."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        _copy_benchmarks(path)
+        self.env = {k: v for k, v in os.environ.items() if k not in CHILD_UNSET}
+        self.env["TORCH_EXTENSIONS_DIR"] = TORCH_EXTENSIONS_DIR
+
+    def run(self, *cmd: str, timeout: float = 600, env: dict[str, str] | None = None) -> pytest.RunResult:
+        started = time.monotonic()
+        done = subprocess.run(
+            [str(c) for c in cmd],
+            cwd=self.path,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        result = pytest.RunResult(
+            done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), time.monotonic() - started
+        )
+        (self.path / "last-run.log").write_text(done.stdout + done.stderr)  # for a failing test's reader
+        return result
+
+    def runpytest_subprocess(self, *args: str, **kwargs) -> pytest.RunResult:
+        return self.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def shared_bench(tmp_path_factory: pytest.TempPathFactory):
+    """shared_bench(name) -> a SharedBench directory of that name (one per name and worker)."""
+    return lambda name: SharedBench(tmp_path_factory.mktemp(name, numbered=True))
+
+
+def torchrun(pytester, nproc: int, *args: str, timeout: float = 600) -> pytest.RunResult:
+    """`torchrun --nproc_per_node=N -m pytest ARGS` in the pytester (or shared) directory."""
     return pytester.run(
         *TORCHRUN,
         "--standalone",
@@ -55,3 +130,99 @@ def torchrun(pytester: pytest.Pytester, nproc: int, *args: str, timeout: float =
         *args,
         timeout=timeout,
     )
+
+
+# --- a shuffled, replayable order (what pytest-randomly does, without entering the user's
+# benchmark sessions: installed, pytest-randomly would shuffle their matrix, which runs world
+# size first so that ranks stay warm)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shuffle-seed",
+        default=os.environ.get("LLMBENCH_TEST_SEED"),
+        help="seed of the plugin's own tests' order (default: a new one, printed in the header); "
+        "'off' keeps the files' order",
+    )
+
+
+def _seed(config: pytest.Config) -> int | None:
+    given = getattr(config, "workerinput", {}).get("shuffle_seed") or config.getoption("shuffle_seed")
+    if given == "off":
+        return None
+    if given is None:
+        given = random.SystemRandom().randrange(10**6)
+        config.option.shuffle_seed = str(given)
+    return int(given)
+
+
+def pytest_configure_node(node) -> None:  # pytest-xdist: every worker shuffles the same way
+    seed = _seed(node.config)
+    node.workerinput["shuffle_seed"] = "off" if seed is None else str(seed)
+
+
+def _order_line(config: pytest.Config) -> str:
+    seed = _seed(config)
+    if seed is None:
+        return "test order: as collected (--shuffle-seed=off)"
+    return f"test order: shuffled with seed {seed} (replay: --shuffle-seed={seed})"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return _order_line(config)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    # again at the end, where a failure is read, and under -q, which hides the header
+    if not hasattr(config, "workerinput"):
+        terminalreporter.write_line(_order_line(config))
+
+
+def _group_suffix(item: pytest.Item) -> str | None:
+    names = sorted(
+        {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+    )
+    return "@" + "_".join(names) if names else None
+
+
+def _keep_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-xdist's loadgroup tells the controller a test's group by appending `@group` to its
+    node id; from pytest 9.2 on, node ids are structured and that write is lost (pytest-xdist
+    issue 1386), so grouped tests were spread over workers and each trained the shared session
+    again. Write the suffix where pytest reads it, and refuse to run if neither way took."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        suffix = _group_suffix(item)
+        if suffix is None or item.nodeid.endswith(suffix):
+            continue
+        from _pytest.nodeid import NodeId  # only pytest versions with structured ids lose it
+
+        item._id = NodeId.parse(item.nodeid + suffix)
+        if not item.nodeid.endswith(suffix):
+            raise pytest.UsageError(
+                f"--dist loadgroup cannot group {item.nodeid} with this pytest and pytest-xdist: "
+                "run with --dist loadfile"
+            )
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which writes the suffix
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files in a shuffled order, and each file's tests shuffled within it (as pytest-randomly
+    does): a module-scoped fixture is set up once, not again each time its file comes round."""
+    _keep_groups(config, items)
+    seed = _seed(config)
+    if seed is None:
+        return
+    rng = random.Random(seed)
+    by_file: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
+    files = list(by_file.values())
+    rng.shuffle(files)
+    for tests in files:
+        rng.shuffle(tests)
+    items[:] = [item for tests in files for item in tests]

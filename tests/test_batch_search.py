@@ -3,6 +3,9 @@
 import json
 import sys
 
+import pytest
+
+from conftest import FEW_STEPS
 from llmbench_pytest.launch.batch_search import Trial, search
 
 
@@ -44,9 +47,14 @@ def test_nothing_fits():
     assert result.max_fitting_batch is None and result.best_batch is None
 
 
-def test_search_recovers_from_real_out_of_memory_errors_in_the_session(bench, monkeypatch):
-    # batches above 4 raise a real torch.OutOfMemoryError inside the training step
-    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:oom>4")
+SEARCHED = "searched_session"
+
+
+@pytest.fixture(scope="module")
+def searched_session(shared_bench):
+    """One in-process ddp session at tier A that searches the batch while batches above 4 raise a
+    real torch.OutOfMemoryError inside the training step; then the report over it."""
+    bench = shared_bench(SEARCHED)
     result = bench.runpytest_subprocess(
         "benchmarks/test_pretrain.py",
         "--llmbench-strategies=ddp",
@@ -54,10 +62,24 @@ def test_search_recovers_from_real_out_of_memory_errors_in_the_session(bench, mo
         "--llmbench-find-batch",
         "--llmbench-batch=2",
         "--llmbench-max-batch=16",
+        "--llmbench-tier=A",
+        *FEW_STEPS,
+        env={"LLMBENCH_INJECT_FAULT": "ddp:oom>4"},
     )
-    result.assert_outcomes(passed=1)
+    report = bench.run(sys.executable, "-m", "llmbench_pytest.cli", "report", "results", "--no-plots", "-q")
+    return bench, result, report
+
+
+def the_run(bench) -> dict:
     (path,) = bench.path.glob("results/*_results/result.json")
-    run = json.loads(path.read_text())
+    return json.loads(path.read_text())
+
+
+@pytest.mark.xdist_group(SEARCHED)
+def test_search_recovers_from_real_out_of_memory_errors_in_the_session(searched_session):
+    bench, result, report = searched_session
+    result.assert_outcomes(passed=1)
+    run = the_run(bench)
     found = run["batch_search"]
     assert found["max_fitting_batch"] == 4
     assert [(t["batch"], t["status"]) for t in found["trials"]] == [
@@ -68,23 +90,17 @@ def test_search_recovers_from_real_out_of_memory_errors_in_the_session(bench, mo
         (8, "oom"),
     ]
     assert run["per_device_batch"] == found["best_batch"] and run["status"] == "ok"
-    report = bench.run(sys.executable, "-m", "llmbench_pytest.cli", "report", "results", "--no-plots", "-q")
-    assert report.ret == 0
+    assert report.ret == 0, report.stderr.str()
     md = (bench.path / "results" / "summary" / "BENCHMARK_REPORT.md").read_text()
     assert "## Batch search" in md and "2, 4, 5 (oom), 6 (oom), 8 (oom)" in md
     assert "- batch search: ddp: fastest at batch" in md
 
 
-def test_a_tier_sets_the_memory_limit(bench):
+@pytest.mark.xdist_group(SEARCHED)
+def test_a_tier_sets_the_memory_limit(searched_session):
     # tier A allows 24 GB; a limit below the host memory the run uses fails the memory check
-    result = bench.runpytest_subprocess(
-        "benchmarks/test_pretrain.py",
-        "--llmbench-strategies=ddp",
-        "--llmbench-launch=inprocess",
-        "--llmbench-tier=A",
-    )
+    bench, result, _ = searched_session
     result.assert_outcomes(passed=1)
-    (path,) = bench.path.glob("results/*_results/result.json")
-    run = json.loads(path.read_text())
+    run = the_run(bench)
     memory = next(c for c in run["checks"] if c["name"] == "peak_memory")
     assert run["tier"] == "A" and memory["limit"] == 24.0 and memory["passed"] is True

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from llmbench_pytest.analysis.memory_model import InFlight, predicted_gb
+from llmbench_pytest.analysis.memory_model import InFlight, predicted_gb, predicted_host_gb
 from llmbench_pytest.checks import (
     CPU_SMOKE,
     check_loss_falls,
@@ -185,7 +185,7 @@ def test_model_states_tell_zero1_from_zero2_at_two_ranks():
 
 def test_model_states_without_a_prediction_say_why():
     out = check_model_states(states("zero2", 2, 25.6, offload="cpu", model_state_predicted_gb=None))
-    assert out.passed is None and "offload moves states" in out.message
+    assert out.passed is None and "on a CPU the device is the host" in out.message
     gpu_zero1 = states("zero1", 2, 10.0, model_state_predicted_gb=None)
     gpu_zero1["strategy_config"]["deepspeed_config"]["zero_optimization"]["overlap_comm"] = True
     out = check_model_states(gpu_zero1)
@@ -271,3 +271,76 @@ def test_scaling_of_repeated_runs_uses_their_mean():
     one = result(world_size=1, tokens_per_sec=900.0, repeats={"count": 3, "tokens_per_sec_mean": 1000.0})
     two = result(world_size=2, tokens_per_sec=2100.0, repeats={"count": 3, "tokens_per_sec_mean": 1900.0})
     assert check_scaling(two, one, 0.60).measured == pytest.approx(0.95)
+
+
+# ---- offload on a GPU: device and host shares, measured on 1x H100 (llama-1b, bf16, 2026-11-24;
+# docs/results/2026-11-24-h100-verdicts)
+
+H100_OFFLOAD = {  # strategy: (device GB, host GB) from the census at the end of backward
+    "zero1_offload": (2.185500468, 17.303244804),
+    "zero2_offload": (2.185500468, 17.303244804),
+    "zero3_offload": (0.270800332, 19.066822661),
+}
+
+
+def offloaded(strategy, device_gb, host_gb):
+    params = 953_223_168
+    info = {"vocab_size": 32000, "hidden_size": 2048}
+    config = {
+        "deepspeed_config": {"zero_optimization": {"reduce_bucket_size": 2048 * 2048, "overlap_comm": True}}
+    }
+    flight = InFlight.of(info, config)
+    stage = strategy.removesuffix("_offload")
+    return result(
+        strategy=strategy, offload="cpu", world_size=1, dtype="bf16", device="cuda", params=params,
+        model_info=info, strategy_config=config, model_state_gb=device_gb, model_state_host_gb=host_gb,
+        model_state_predicted_gb=predicted_gb(stage, "cpu", 1, "bf16", params, inflight=flight),
+        model_state_host_predicted_gb=predicted_host_gb(stage, "cpu", 1, "bf16", params, inflight=flight),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("strategy", sorted(H100_OFFLOAD))
+def test_offload_is_predicted_on_the_device_and_the_host(strategy):
+    device_gb, host_gb = H100_OFFLOAD[strategy]
+    out = check_model_states(offloaded(strategy, device_gb, host_gb))
+    assert out.passed is True and abs(out.measured) < 0.005, out.message
+    assert "in host memory" in out.message
+
+
+def test_an_offload_gap_names_the_part_it_amounts_to():
+    # the device share without the embedding-sized transfer buffer: one part the prediction counts
+    device_gb, host_gb = H100_OFFLOAD["zero2_offload"]
+    out = check_model_states(offloaded("zero2_offload", device_gb - 0.131072, host_gb))
+    assert out.passed is False
+    assert "holds less than predicted on the device, by 0.13" in out.message
+    assert "that is 1 x the input embedding" in out.message
+    # optimizer state missing from the host: no part of that size, so no cause is named
+    out = check_model_states(offloaded("zero2_offload", device_gb, host_gb - 2.0))
+    assert out.passed is False and "on the host" in out.message and "matches no part" in out.message
+
+
+# ---- a data-bound spread is reported as such, never failed (the encoder-decoder from disk)
+
+
+def _steps_with_a_spike(n=40, spike=3.0):
+    rng = random.Random(3)
+    times = [0.1 * (1 + 0.05 * rng.gauss(0, 1)) for _ in range(n)]
+    times[n // 2] *= spike  # one step after a long wait for its batches
+    return times
+
+
+def test_a_data_bound_spread_is_reported_not_failed():
+    times = _steps_with_a_spike()
+    waited = result(
+        step_times_sec=times, device="cuda", data="disk", data_wait_fraction=0.08, idle_fraction=0.05
+    )
+    out = check_mean_interval(waited, 0.02)
+    assert out.passed is None and "a data-bound spread" in out.message
+    assert "waited for data (disk) 8.0% of the wall time" in out.message
+    # the same steps with no wait for data: the bound is applied, and they fail it
+    fed = result(
+        step_times_sec=times, device="cuda", data="memory", data_wait_fraction=0.0, idle_fraction=0.0
+    )
+    assert check_mean_interval(fed, 0.02).passed is False
+    # a data-bound run whose mean is known well enough passes as any other
+    assert check_mean_interval(waited, 0.5).passed is True

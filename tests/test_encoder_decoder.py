@@ -2,12 +2,13 @@
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, saved_results
+from conftest import FEW_STEPS, REPO, saved_results
 from llmbench_pytest.config import datasets
 from llmbench_pytest.config.spec import SpecError
 
@@ -15,10 +16,14 @@ from llmbench_pytest.config.spec import SpecError
 SMALL = ("--llmbench-dataset-samples=32", "--llmbench-epochs=2", "--llmbench-warmup-epochs=1")
 
 
+def add_encdec(root: Path) -> None:
+    name = "test_encoder_decoder.py"
+    (root / "benchmarks" / name).write_text((REPO / "benchmarks" / name).read_text())
+
+
 @pytest.fixture
 def encdec_bench(bench):
-    name = "test_encoder_decoder.py"
-    (bench.path / "benchmarks" / name).write_text((REPO / "benchmarks" / name).read_text())
+    add_encdec(bench.path)
     return bench
 
 
@@ -30,15 +35,31 @@ def data_folders(root: Path) -> list[Path]:
     return sorted(p for p in (root / "results" / datasets.DATA_DIR_NAME).iterdir() if p.is_dir())
 
 
-def test_memory_and_disk_runs_report_epochs_and_the_data_wait(encdec_bench):
-    result = encdec_bench.runpytest_subprocess(
+SHARDED = "sharded_session"
+SHARD_MB = "--llmbench-shard-mb=0.0021"  # 8 samples of 256 bytes a shard: 4 shards of 32 samples
+
+
+@pytest.fixture(scope="module")
+def sharded_session(shared_bench):
+    """ddp and zero2, from memory and from disk shards (written by the first disk run, in the
+    results' default data folder), and the report over the four runs."""
+    bench = shared_bench(SHARDED)
+    add_encdec(bench.path)
+    result = bench.runpytest_subprocess(
         "benchmarks/test_encoder_decoder.py",
         *SMALL,
         "--llmbench-launch=inprocess",
         "--llmbench-strategies=ddp,zero2",
-        "--llmbench-shard-mb=0.0021",  # 8 samples of 256 bytes a shard: 4 shards of 32 samples
+        SHARD_MB,
         "-v",
     )
+    report = bench.run(sys.executable, "-m", "llmbench_pytest.cli", "report", "results", "--no-plots", "-q")
+    return bench, result, report
+
+
+@pytest.mark.xdist_group(SHARDED)
+def test_memory_and_disk_runs_report_epochs_and_the_data_wait(sharded_session):
+    encdec_bench, result, report = sharded_session
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*test_encoder_decoder?ddp-ws1-seq64-encdec-3m-disk? PASSED*"])
     found = runs(encdec_bench.path)
@@ -69,42 +90,46 @@ def test_memory_and_disk_runs_report_epochs_and_the_data_wait(encdec_bench):
     assert all((folder / n).stat().st_size == 8 * 256 for n in names if n.endswith(".bin"))
 
     # the report shows the epochs and what the disk path cost
-    report = encdec_bench.run(
-        sys.executable, "-m", "llmbench_pytest.cli", "report", "results", "--no-plots", "-q"
-    )
     assert report.ret == 0, report.stderr.str()
     text = (encdec_bench.path / "results" / "summary" / "BENCHMARK_REPORT.md").read_text()
     assert "## Encoder-decoder epochs (seed 003)" in text and "What the disk path costs" in text
 
 
-def test_disk_shards_are_reused_while_the_parameters_match(encdec_bench, tmp_path):
+@pytest.mark.xdist_group(SHARDED)
+def test_disk_shards_are_reused_while_the_parameters_match(sharded_session, encdec_bench, tmp_path):
+    # the shards the shared session wrote, moved to another disk (--llmbench-data-dir): a session
+    # with the same parameters reads them there, and does not write them again
+    written_by, _, _ = sharded_session
+    (source,) = data_folders(written_by.path)
     data_dir = tmp_path / "ssd"
+    shutil.copytree(source, data_dir / source.name)
     args = (
         "benchmarks/test_encoder_decoder.py",
         *SMALL,
         "--llmbench-launch=inprocess",
         "--llmbench-strategies=ddp",
         "--llmbench-data=disk",
+        SHARD_MB,
         f"--llmbench-data-dir={data_dir}",
     )
-    encdec_bench.runpytest_subprocess(*args).assert_outcomes(passed=1)
-    (folder,) = sorted(data_dir.iterdir())
-    shard = folder / "shard_0000.bin"
+    shard = data_dir / source.name / "shard_0000.bin"
     written = shard.stat().st_mtime_ns
     encdec_bench.runpytest_subprocess(*args).assert_outcomes(passed=1)
     assert shard.stat().st_mtime_ns == written  # same parameters: read, not rewritten
+    (run,) = saved_results(encdec_bench.path)
+    assert run["data_source"]["reused"] is True and Path(run["data_source"]["folder"]) == shard.parent
 
-    # a damaged dataset is written again, not read
+    # a damaged dataset is written again, not read; in the same session another sequence length
+    # is another dataset, written beside the first
     with open(shard, "r+b") as fh:
         fh.truncate(100)
-    encdec_bench.runpytest_subprocess(*args).assert_outcomes(passed=1)
-    assert shard.stat().st_size == 32 * 256
-    # every run of the three (one key per configuration in runs() would keep only one of them)
-    reasons = [r["data_source"]["why_written"] for r in saved_results(encdec_bench.path)]
-    assert any("shard_0000.bin holds 100 bytes" in (w or "") for w in reasons)
-
-    # another sequence length is another dataset, beside the first
-    encdec_bench.runpytest_subprocess(*args, "--llmbench-seq-lens=32").assert_outcomes(passed=1)
+    encdec_bench.runpytest_subprocess(*args, "--llmbench-seq-lens=64,32").assert_outcomes(passed=2)
+    assert shard.stat().st_size == 8 * 256
+    # every run (one key per configuration in runs() would keep only one of them)
+    runs = saved_results(encdec_bench.path)
+    reasons = [r["data_source"]["why_written"] for r in runs]
+    assert any("shard_0000.bin holds 100 bytes, not 2048" in (w or "") for w in reasons), reasons
+    assert sorted(r["seq_len"] for r in runs) == [32, 64, 64]
     assert len(sorted(data_dir.iterdir())) == 2
 
 
@@ -158,7 +183,7 @@ def test_bad_encoder_decoder_input_is_refused_with_the_fix(encdec_bench, tmp_pat
     ]
     afile = tmp_path / "afile"
     afile.write_text("x")
-    cases.append(([f"--llmbench-data-dir={afile}"], "*is a file, not a directory*"))
+    cases.append((["--llmbench-data=disk", f"--llmbench-data-dir={afile}"], "*is a file, not a folder*"))
     for args, pattern in cases:
         result = encdec_bench.runpytest_subprocess(
             "benchmarks/test_encoder_decoder.py", "--llmbench-launch=inprocess", *args
@@ -181,7 +206,7 @@ def test_a_session_model_skips_the_benchmarks_of_another_kind(encdec_bench, tmp_
         "--llmbench-model=llama-tiny",
         "--llmbench-strategies=ddp",
         "--llmbench-launch=inprocess",
-        "--llmbench-steps=3",
+        *FEW_STEPS,
         "-rs",
     )
     result.assert_outcomes(passed=1, skipped=1)
@@ -204,7 +229,7 @@ def test_disk_only_sessions_skip_the_workloads_that_train_from_memory(bench):
     result.stdout.fnmatch_lines(["*causal_lm workload trains from memory; --llmbench-data=disk selects*"])
 
 
-def test_a_dataset_that_cannot_be_written_fails_its_run_with_the_reason(encdec_bench, tmp_path):
+def test_a_dataset_folder_that_cannot_be_written_is_refused_before_the_first_run(encdec_bench, tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
     result = encdec_bench.runpytest_subprocess(
@@ -215,10 +240,13 @@ def test_a_dataset_that_cannot_be_written_fails_its_run_with_the_reason(encdec_b
         "--llmbench-data=disk",
         f"--llmbench-data-dir={blocker / 'data'}",
     )
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*rank 0 could not write the dataset to*not-a-dir/data*"])
-    (run,) = runs(encdec_bench.path).values()
-    assert run["status"] == "error" and "could not write the dataset" in run["error"]
+    # refused before anything trains, in one line that names the option, the path and the fix
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --llmbench-data-dir: data directory '*not-a-dir/data' is not writable (*not-a-dir is a "
+         "file, not a folder): pass --llmbench-data-dir=DIR naming a folder *"]
+    )  # fmt: skip
+    assert runs(encdec_bench.path) == {}
 
 
 def test_epoch_plan_counts_the_steps_of_every_rank():

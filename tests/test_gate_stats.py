@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import random
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from llmbench_pytest.analysis.significance import (
     REGRESSION,
     RunSummary,
     block_length,
+    block_length_estimate,
     change_point,
     compare_runs,
     compare_steps,
@@ -33,6 +35,7 @@ from llmbench_pytest.analysis.significance import (
     repeats_to_settle,
     run_spread,
 )
+from llmbench_pytest.analysis.stats import mean_interval, t_quantile
 from llmbench_pytest.config.gate_bounds import min_history, parse_gate_bounds
 from llmbench_pytest.config.spec import SpecError
 from llmbench_pytest.report import ReportError
@@ -150,6 +153,46 @@ def test_a_false_alarm_rate_at_most_alpha_and_the_power_to_catch_ten_percent_wit
     assert caught / trials >= 0.8
 
 
+def stationary_ar1(rng: np.random.Generator, n: int, rho: float, series: int) -> np.ndarray:
+    """`series` AR(1) series of n steps as columns, each started from the stationary distribution."""
+    e = rng.normal(0, 1, (n, series))
+    x = np.empty((n, series))
+    x[0] = e[0] / math.sqrt(1 - rho**2)
+    for i in range(1, n):
+        x[i] = rho * x[i - 1] + e[i]
+    return 0.1 + 0.005 * x
+
+
+@pytest.mark.parametrize(
+    ("n", "rho"),
+    [(12, 0.5), (20, 0.0), (20, 0.8), (40, 0.4), (40, 0.7), (100, 0.3), (100, 0.7), (300, 0.9), (1000, -0.5)],
+)
+def test_block_length_is_the_reference_estimate_on_ar1_series(n: int, rho: float) -> None:
+    """Politis and White's rule (with the 2009 correction) for the circular block bootstrap, the
+    one compare_steps uses: series by series the estimate is arch's, and the block is it rounded."""
+    arch = pytest.importorskip("arch.bootstrap", reason="the reference needs arch (pip install -e .[test])")
+    xs = stationary_ar1(np.random.default_rng(1000 * n + round(100 * rho)), n, rho, 200)
+    reference = arch.optimal_block_length(xs)["circular"].to_numpy()
+    ours = np.array([block_length_estimate(x) for x in xs.T])
+    np.testing.assert_allclose(ours, reference, rtol=1e-9)
+    blocks = np.array([block_length(x) for x in xs.T])
+    assert (blocks == np.maximum(1, np.floor(reference + 0.5))).all()
+    assert (blocks <= math.ceil(min(3 * math.sqrt(n), n / 3))).all()
+
+
+def test_block_length_is_not_short_on_few_correlated_steps() -> None:
+    """The issue's cases, 200 series each. The old rule took the lag before the first run of
+    insignificant autocorrelations for its window (one lag short) and a window of 0 for the iid
+    bootstrap: at 40 steps and rho 0.4 it gave block 1 to 66% of these series (median 1, arch's
+    estimate 2.11), at 100 steps and rho 0.7 a mean block of 6.9 (now 8.0; arch's median 7.29)."""
+    rng = np.random.default_rng(40)
+    few = [block_length(x) for x in stationary_ar1(rng, 40, 0.4, 200).T]
+    assert statistics.median(few) == 2
+    assert few.count(1) / len(few) < 0.15
+    more = [block_length(x) for x in stationary_ar1(rng, 100, 0.7, 200).T]
+    assert statistics.fmean(more) > 7.5
+
+
 def test_block_bootstrap_is_wider_than_iid_for_correlated_steps() -> None:
     rng = np.random.default_rng(5)
     base, cur = ar1(rng, 200, 0.8), ar1(rng, 200, 0.8)
@@ -162,6 +205,44 @@ def test_block_bootstrap_is_wider_than_iid_for_correlated_steps() -> None:
     assert block_length(white_b) <= 2
     white, white_iid = compare_steps(white_b, white_c), compare_steps(white_b, white_c, block=1)
     assert white.high - white.low < 1.3 * (white_iid.high - white_iid.low)
+
+
+# -- t quantiles (analysis/stats.py: mean_interval, and through it adaptive stopping) ------------
+
+
+@pytest.mark.parametrize("p", [0.5, 0.6, 0.9, 0.95, 0.975, 0.995, 0.9995, 0.025])
+def test_t_quantile_is_exact_at_any_degrees_of_freedom(p: float) -> None:
+    from scipy import stats
+
+    between_one_and_two = [1.01, 1.1, 1.25, 1.5, 1.75, 1.99]
+    dofs = [0.5, 1, *between_one_and_two, 2, 2.01, 2.5, 2.99, 3, 4.7, 7, 10, 29.5, 100, 1e3, 1e5, 1e7]
+    for dof in dofs:
+        assert t_quantile(p, dof) == pytest.approx(float(stats.t.ppf(p, dof)), rel=1e-9, abs=1e-12), dof
+
+
+def test_t_quantile_between_one_and_two_degrees_of_freedom_is_not_the_value_at_two() -> None:
+    """The old formula returned the 2-dof quantile, 4.303, for every dof in (1, 2]."""
+    assert t_quantile(0.975, 1.01) == pytest.approx(12.41, abs=0.005)
+    assert t_quantile(0.975, 1.5) == pytest.approx(6.017, abs=0.001)
+    assert t_quantile(0.975, 2) == pytest.approx(4.303, abs=0.001)
+    assert t_quantile(0.975, 1) == pytest.approx(12.706, abs=0.001)
+    for bad_p, bad_dof in ((0, 3), (1, 3), (0.975, 0), (0.975, -1), (0.975, math.nan)):
+        with pytest.raises(ValueError, match="a t quantile needs"):
+            t_quantile(bad_p, bad_dof)
+
+
+def test_mean_interval_of_few_effective_steps_uses_their_quantile() -> None:
+    """Ten steps in a slow wave: lag-1 autocorrelation 0.64, 2.2 effective steps, so the interval's
+    t has 1.2 degrees of freedom: 8.75, where the old formula used 4.30 (an interval half as wide)."""
+    from scipy import stats
+
+    times = [1.00, 1.01, 1.02, 1.02, 1.01, 1.00, 0.99, 0.98, 0.99, 1.01]
+    mi = mean_interval(times)
+    assert mi is not None and mi.effective_steps == pytest.approx(2.19, abs=0.01)
+    se = statistics.stdev(times) / math.sqrt(mi.effective_steps)
+    q = float(stats.t.ppf(0.975, mi.effective_steps - 1))
+    assert mi.half_width == pytest.approx(q * se, rel=1e-9)
+    assert q == pytest.approx(8.75, abs=0.01)
 
 
 def test_equal_peaks_compare_exactly_and_one_peak_a_side_only_against_the_bound(tmp_path: Path) -> None:
@@ -287,6 +368,32 @@ def test_gate_session_gates_against_the_saved_run_and_the_storage_history(tmp_pa
     assert_lines(lines[1], f"  REGRESSION {CFG}: tokens/s 1,024 -> 853 (-16.7%, 95% interval *", "History (*")
 
 
+def test_one_run_a_side_names_the_history_the_way_it_is_given(tmp_path: Path) -> None:
+    """The one-run-a-side caveat's cure: in pytest the history is a gate bound; with a history too
+    short for a run-to-run spread, more earlier runs."""
+    storage = tmp_path / ".benchmarks"
+    saved_runs(storage / "Linux", [0.50] * 3, data=True)
+    cur = write_run(tmp_path / "results", run("zero2", 0.60, 40.0, seed=40))
+    baseline = check_gate_baseline("latest", storage)
+    code, lines = gate_session([cur], baseline, parse_gate_bounds("alpha=0.01"), storage)
+    assert code == 1
+    assert_lines(
+        lines[1],
+        f"  REGRESSION {CFG}: step time *; block bootstrap, 20 vs 20 steps, *); judged one run a side "
+        "from its steps alone, *: rerun both sides with --llmbench-repeat=N (3 or more), or pass "
+        "--llmbench-gate-bounds=history=20",
+        "gate: FAILED: *; 1 of 1 configuration(s) judged one run a side from their steps alone, *: rerun "
+        "both sides with --llmbench-repeat=N (3 or more), or pass --llmbench-gate-bounds=history=20",
+    )
+    proc = llmbench("gate", "--baseline", storage, "--current", cur, "--history", storage)
+    assert_lines(
+        proc.stdout,
+        "gate: FAILED: *; 1 of 1 configuration(s) judged one run a side from their steps alone, *: rerun "
+        "both sides with --llmbench-repeat=N (3 or more), or keep 5 or more earlier runs of each "
+        "configuration in the history; history of 1 configuration(s): 0 regression(s)",
+    )
+
+
 # -- settings checked at session start --------------------------------------------------------
 
 
@@ -391,6 +498,7 @@ def test_one_run_a_side_is_tested_against_the_spread_of_the_history(tmp_path: Pa
         f"  REGRESSION {CFG}: step time * (+1*%, 95% interval +*, p<0.001; bound +5.0%; "
         "t, 1 vs 1 run (spread of 10 earlier runs))",
     )
+    assert "judged one run a side" not in proc.stdout  # the spread between runs is in this verdict
 
 
 def test_a_repeats_summary_with_each_peak_tests_memory_with_runs_as_the_unit(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import TORCH_EXTENSIONS_DIR, saved_results
+from conftest import FEW_STEPS, TORCH_EXTENSIONS_DIR, saved_results
 from llmbench_pytest.worker.ops import baton_holders, clear_stale_baton
 
 
@@ -58,8 +58,7 @@ def test_a_deepspeed_run_goes_on_past_a_stale_build_lock(bench, monkeypatch, tmp
         "benchmarks",
         "--llmbench-launch=inprocess",
         "--llmbench-strategies=zero0",
-        "--llmbench-steps=6",
-        "--llmbench-warmup=2",
+        *FEW_STEPS,
         "--llmbench-timeout=900",
         timeout=900,
     )

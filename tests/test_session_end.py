@@ -1,14 +1,45 @@
 """--llmbench-report and --llmbench-gate: the report and the regression gate inside pytest."""
 
 import json
+import shutil
 
 import pytest
 
-ARGS = ["benchmarks", "--llmbench-launch=inprocess", "--llmbench-strategies=ddp,zero1"]
+# eight measured steps a run, fixed: enough for the gate's per-step bootstrap (MIN_STEPS), so the
+# gate below is judged the same way in every session, whatever an adaptive measurement would stop at
+ARGS = [
+    "benchmarks",
+    "--llmbench-launch=inprocess",
+    "--llmbench-strategies=ddp,zero1",
+    "--llmbench-warmup=1",
+    "--llmbench-steps=8",
+]
+SAVED = "saved_session"
 
 
-def test_report_at_session_end(bench):
-    result = bench.runpytest_subprocess(*ARGS, "--llmbench-report")
+@pytest.fixture(scope="session")
+def saved_session(shared_bench):
+    """One session that writes the report and saves its run to pytest-benchmark storage: the report
+    test reads what it printed and wrote, the gate tests gate against (copies of) its storage."""
+    bench = shared_bench(SAVED)
+    result = bench.runpytest_subprocess(
+        *ARGS, "--llmbench-report", "--benchmark-autosave", "--benchmark-storage=file://./store"
+    )
+    return bench, result
+
+
+def _copy_store(saved_session, to):
+    """The saved run's storage, copied into a test's own directory (the shared one stays as it is)."""
+    bench, result = saved_session
+    result.assert_outcomes(passed=2)
+    shutil.copytree(bench.path / "store", to / "store")
+    (saved,) = (to / "store").glob("*/0001_*.json")
+    return saved
+
+
+@pytest.mark.xdist_group(SAVED)
+def test_report_at_session_end(saved_session):
+    bench, result = saved_session
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
@@ -41,10 +72,9 @@ def _rescale(saved, factor, target):
     target.write_text(json.dumps(data))
 
 
-def test_gate_fails_the_session_on_a_regression_and_passes_otherwise(bench):
-    first = bench.runpytest_subprocess(*ARGS, "--benchmark-autosave", "--benchmark-storage=file://./store")
-    first.assert_outcomes(passed=2)
-    (saved,) = bench.path.glob("store/*/0001_*.json")
+@pytest.mark.xdist_group(SAVED)
+def test_gate_fails_the_session_on_a_regression_and_passes_otherwise(bench, saved_session):
+    saved = _copy_store(saved_session, bench.path)
     # five times, not twice: a shared 2-core machine's load moves one run's speed 2-3x between sessions
     _rescale(saved, 0.2, saved.with_name("0002_five_times_as_fast.json"))
     _rescale(saved, 5.0, saved.with_name("0003_five_times_as_slow.json"))
@@ -71,11 +101,9 @@ def test_gate_against_a_missing_run_is_refused_before_anything_trains(bench):
     assert _trained_nothing(bench)
 
 
-def test_gate_naming_no_saved_run_is_refused_before_anything_trains(bench):
-    first = bench.runpytest_subprocess(*ARGS, "--benchmark-autosave", "--benchmark-storage=file://./store")
-    first.assert_outcomes(passed=2)
-    for path in bench.path.glob("results/*"):
-        path.rename(bench.path / f"earlier-{path.name}")
+@pytest.mark.xdist_group(SAVED)
+def test_gate_naming_no_saved_run_is_refused_before_anything_trains(bench, saved_session):
+    _copy_store(saved_session, bench.path)  # storage that holds a saved run, and no results yet
     result = bench.runpytest_subprocess(
         *ARGS, "--benchmark-storage=file://./store", "--llmbench-gate=nonexistent_run"
     )

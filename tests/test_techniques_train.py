@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from conftest import saved_results
+from conftest import FEW_STEPS, saved_results
 
 # found, not imported: the plugin's tests keep torch out of the process that drives pytest
 needs_torchao = pytest.mark.skipif(
@@ -27,7 +27,7 @@ def test_axes_train_in_one_session_and_the_report_compares_them(bench):
         "--llmbench-fused-loss=none,chunked,liger",
         "--llmbench-attention=default,flash",
         "--llmbench-profile",  # on CPU the profiled steps name the attention kernels
-        "--llmbench-steps=6",
+        *FEW_STEPS,
         "--llmbench-report",
         "-v",
         "-rs",
@@ -73,8 +73,7 @@ def test_fp8_and_the_chunked_loss_train_sharded_on_two_ranks(bench):
         "--llmbench-world-sizes=2",
         "--llmbench-fp8=tensorwise",
         "--llmbench-fused-loss=chunked",
-        "--llmbench-steps=4",
-        "--llmbench-warmup=1",
+        *FEW_STEPS,
         "-v",
     )
     result.assert_outcomes(passed=2)
@@ -115,7 +114,9 @@ def test_what_only_the_worker_can_tell_is_skipped_with_its_reason(bench):
 
 
 def test_the_batch_finder_searches_each_configuration_of_an_axis(bench, monkeypatch):
-    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:oom>4")
+    # batches above 2 run out of memory: each configuration tries 2 (fits), doubles to 4 (out of
+    # memory) and bisects to 3 (out of memory); test_batch_search.py follows a longer search
+    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:oom>2")
     result = bench.runpytest_subprocess(
         "benchmarks/test_pretrain.py",
         "--llmbench-launch=inprocess",
@@ -123,17 +124,20 @@ def test_the_batch_finder_searches_each_configuration_of_an_axis(bench, monkeypa
         "--llmbench-fused-loss=none,chunked",
         "--llmbench-find-batch",
         "--llmbench-batch=2",
-        "--llmbench-max-batch=8",
+        "--llmbench-max-batch=4",
+        *FEW_STEPS,  # the trials measure their own few steps; this is the run at the batch found
     )
     result.assert_outcomes(passed=2)
     runs = by_axes(bench.path)
     for loss in ("none", "chunked"):
         run = runs["ddp", loss, "none", "default"]
-        assert run["batch_search"]["max_fitting_batch"] == 4
-        assert run["per_device_batch"] == run["batch_search"]["best_batch"]
+        found = run["batch_search"]
+        assert [(t["batch"], t["status"]) for t in found["trials"]] == [(2, "ok"), (3, "oom"), (4, "oom")]
+        assert found["max_fitting_batch"] == 2
+        assert run["per_device_batch"] == found["best_batch"]
     # each trial is named by its spec: the chunked configuration's trials trained the chunked loss
     trials = sorted(p.name for p in bench.path.glob("results/.batch-search/*.log"))
-    assert sum("-loss_chunked" in name for name in trials) == 5 and len(trials) == 10
+    assert sum("-loss_chunked" in name for name in trials) == 3 and len(trials) == 6
 
 
 def test_a_bad_axis_value_is_one_clear_error(bench):

@@ -10,12 +10,16 @@ import subprocess
 
 import yaml
 
-from conftest import REPO, TORCHRUN, torchrun
+from conftest import FEW_STEPS, REPO, TORCHRUN, torchrun
 from llmbench_pytest.config.spec import DEFAULT_STRATEGIES
 
 
 def test_every_strategy_trains_on_two_ranks_and_shards(bench):
-    result = torchrun(bench, 2, "benchmarks", "--junitxml=junit.xml", "--benchmark-json=bench.json", "-rA")
+    # a short fixed measurement: what is tested here is in-rank mode (every rank runs pytest, rank 0
+    # writes), and the sharding each strategy reaches; the adaptive window is test_train_cpu's
+    result = torchrun(
+        bench, 2, "benchmarks", *FEW_STEPS, "--junitxml=junit.xml", "--benchmark-json=bench.json", "-rA"
+    )
     assert result.ret == 0, result.stdout.str()[-3000:]
     out = result.stdout.str()
     assert out.count("9 passed, 1 skipped") == 1  # only rank 0 prints its summary
@@ -124,6 +128,7 @@ def test_two_nodes_through_torchruns_own_rendezvous(bench):
                 "pytest",
                 "benchmarks",
                 "--llmbench-strategies=ddp,zero3",
+                *FEW_STEPS,
                 "-p",
                 "no:cacheprovider",
             ],

@@ -7,15 +7,24 @@ import sys
 
 import pytest
 
-from conftest import runs_by_config
+from conftest import FEW_STEPS, runs_by_config
 from llmbench_pytest.config.spec import DEFAULT_STRATEGIES
 from llmbench_pytest.results.schema import SEED_FIELDS
 
 
-def test_default_matrix_every_strategy_at_world_sizes_1_and_2(bench):
+@pytest.fixture(scope="session")
+def default_matrix(shared_bench):
+    """The card's command with its defaults, once: every strategy at world sizes 1 and 2."""
+    bench = shared_bench("default_matrix")
     result = bench.runpytest_subprocess(
         "benchmarks", "--benchmark-autosave", "--benchmark-storage=file://./store", "-v", "-rs"
     )
+    return bench, result
+
+
+@pytest.mark.xdist_group("default_matrix")
+def test_default_matrix_every_strategy_at_world_sizes_1_and_2(default_matrix):
+    bench, result = default_matrix
     trained = [s for s in DEFAULT_STRATEGIES if s != "zero3_nvme"]
     result.assert_outcomes(passed=2 * len(trained), skipped=2)
     result.stdout.fnmatch_lines(["*test_pretrain?zero2-ws2-seq128-llama-tiny? PASSED*"])
@@ -78,7 +87,7 @@ def test_default_matrix_every_strategy_at_world_sizes_1_and_2(bench):
 
 def test_in_process_one_rank_group(bench):
     result = bench.runpytest_subprocess(
-        "benchmarks", "--llmbench-launch=inprocess", "--llmbench-strategies=ddp,fsdp,zero2"
+        "benchmarks", "--llmbench-launch=inprocess", "--llmbench-strategies=ddp,fsdp,zero2", *FEW_STEPS
     )
     result.assert_outcomes(passed=3)
     runs = runs_by_config(bench.path)
@@ -105,10 +114,12 @@ def _rescaled_copy(store, factor, number):
     target.write_text(json.dumps(data))
 
 
-def test_compare_fail_gates_on_our_step_times(bench):
-    args = ["benchmarks", "--llmbench-strategies=ddp", "--llmbench-launch=inprocess"]
-    args.append("--benchmark-storage=file://./store")
-    bench.runpytest_subprocess(*args, "--benchmark-autosave").assert_outcomes(passed=1)
+@pytest.mark.xdist_group("default_matrix")
+def test_compare_fail_gates_on_our_step_times(default_matrix):
+    # the default matrix's saved run is the baseline; ddp-ws1 trains again in-process and is compared
+    bench, _ = default_matrix
+    args = ["benchmarks", "--llmbench-strategies=ddp", "--llmbench-launch=inprocess", *FEW_STEPS]
+    args += ["--llmbench-results-dir=compared", "--benchmark-storage=file://./store"]
     store = bench.path / "store"
     _rescaled_copy(store, 0.01, 2)  # a baseline 100x faster than this machine: a regression
     _rescaled_copy(store, 100.0, 3)  # a baseline 100x slower: no regression

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_launcher import leftover_processes
 
-from conftest import REPO, runs_by_config
+from conftest import REPO, SharedBench, runs_by_config
 from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.launch import group as launch_group
 from llmbench_pytest.launch.launcher import MEASUREMENT_FILE, Launch, RankPool, read_heartbeat
@@ -34,57 +34,81 @@ def test_file_names_are_shared_by_launcher_and_worker(tmp_path):
     assert MEASUREMENT_FILE == worker_main.MEASUREMENT_FILE
 
 
-def test_a_warm_group_serves_its_world_size_and_a_fault_starts_a_fresh_one(bench, monkeypatch):
-    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "fsdp:oom")
-    result = bench.runpytest_subprocess(
-        "benchmarks",
-        *SHORT,
-        "--llmbench-strategies=ddp,fsdp,fsdp_grad_op",
-        "--llmbench-world-sizes=1,2",
-        "-v",
-    )
-    result.assert_outcomes(passed=4, failed=2)
-    # world size first: each world size's configurations follow one another
+WARM = "warm_matrix"
+_trained: dict[str, tuple[SharedBench, pytest.RunResult]] = {}
+
+
+def warm_matrix_session(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
+    """One session, trained once per test process, for the tests marked xdist_group(WARM), here and
+    in test_faults.py: ddp, zero1, fsdp and fsdp_grad_op at world size 2 (two ranks: what a warm
+    group keeps between configurations is per rank), with fsdp running out of memory. One group
+    serves ddp, then zero1 and fsdp warm; the out-of-memory error ends it, and fsdp_grad_op starts a
+    fresh one. (Cached here rather than in a session fixture, which each module would run for
+    itself.) World size 1's group and the world-size-first order: test_launcher's
+    test_world_sizes_run_as_groups_with_per_rank_logs."""
+    if WARM not in _trained:
+        bench = shared_bench(WARM)
+        result = bench.runpytest_subprocess(
+            "benchmarks",
+            *SHORT,
+            "--llmbench-strategies=ddp,zero1,fsdp,fsdp_grad_op",
+            "--llmbench-world-sizes=2",
+            "-v",
+            env={"LLMBENCH_INJECT_FAULT": "fsdp:oom"},
+        )
+        _trained[WARM] = (bench, result)
+    return _trained[WARM]
+
+
+@pytest.fixture
+def warm_matrix(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
+    return warm_matrix_session(shared_bench)
+
+
+@pytest.mark.xdist_group(WARM)
+def test_a_warm_group_serves_its_world_size_and_a_fault_starts_a_fresh_one(warm_matrix):
+    bench, result = warm_matrix
+    result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*test_pretrain?ddp-ws1-*PASSED*",
-            "*test_pretrain?fsdp-ws1-*FAILED*",
-            "*test_pretrain?fsdp_grad_op-ws1-*PASSED*",
             "*test_pretrain?ddp-ws2-*PASSED*",
+            "*test_pretrain?zero1-ws2-*PASSED*",
+            "*test_pretrain?fsdp-ws2-*FAILED*",
+            "*test_pretrain?fsdp_grad_op-ws2-*PASSED*",
         ]
     )
     runs = runs_by_config(bench.path)
-    for ws in (1, 2):
-        ddp, fsdp, after = runs[f"ddp-ws{ws}"], runs[f"fsdp-ws{ws}"], runs[f"fsdp_grad_op-ws{ws}"]
-        launches = [r["timing"]["launch"] for r in (ddp, fsdp, after)]
-        assert [x["ranks"] for x in launches] == ["fresh", "warm", "fresh"], launches
-        assert [x["group_configuration"] for x in launches] == [1, 2, 1]
-        assert fsdp["status"] == "oom"
-        # the same processes trained ddp and then fsdp; the out-of-memory error ended them
-        assert len(pids(ddp)) == ws and pids(ddp) == pids(fsdp)
-        assert not set(pids(after)) & set(pids(ddp))
-        assert ddp["timing"]["rank_process"]["configuration"] == 1
-        assert after["status"] == "ok" and after["timing"]["rank_process"]["configuration"] == 1
+    ddp, zero1, fsdp, after = (runs[f"{s}-ws2"] for s in ("ddp", "zero1", "fsdp", "fsdp_grad_op"))
+    launches = [r["timing"]["launch"] for r in (ddp, zero1, fsdp, after)]
+    assert [x["ranks"] for x in launches] == ["fresh", "warm", "warm", "fresh"], launches
+    assert [x["group_configuration"] for x in launches] == [1, 2, 3, 1]
+    assert zero1["status"] == "ok" and fsdp["status"] == "oom"
+    # the same processes trained ddp, zero1 and then fsdp; the out-of-memory error ended them
+    assert len(pids(ddp)) == 2 and pids(ddp) == pids(zero1) == pids(fsdp)
+    assert not set(pids(after)) & set(pids(ddp))
+    assert ddp["timing"]["rank_process"]["configuration"] == 1
+    assert after["status"] == "ok" and after["timing"]["rank_process"]["configuration"] == 1
     # each configuration keeps its own rank logs and heartbeat beside its result
     fsdp_dir = next(bench.path.glob("results/*-fsdp-ws2-seq128_results"))
     for rank in (0, 1):
         log = (fsdp_dir / f"rank{rank}.log").read_text()
-        assert "configuration 2 of this process" in log and "for ddp" not in log  # fsdp's lines only
+        assert "configuration 3 of this process" in log  # fsdp's lines only:
+        assert "for ddp" not in log and "for zero1" not in log
         assert read_heartbeat(fsdp_dir / f"rank{rank}.progress")["phase"] in PHASES
     assert fsdp_dir.with_name(fsdp_dir.name.removesuffix("_results") + ".log").exists()
     assert not leftover_processes(str(bench.path))
     assert not list(bench.path.glob("results/.llmbench-ranks/*")), "group directories are removed"
 
 
-def test_warm_and_isolated_runs_agree(bench):
+@pytest.mark.xdist_group(WARM)
+def test_warm_and_isolated_runs_agree(bench, warm_matrix):
+    shared, _ = warm_matrix  # there ddp and then zero1 trained in one warm group at world size 2
     args = ["benchmarks", *SHORT, "--llmbench-strategies=ddp,zero1", "--llmbench-world-sizes=2"]
-    bench.runpytest_subprocess(*args, "--llmbench-results-dir=warm").assert_outcomes(passed=2)
     bench.runpytest_subprocess(
         *args, "--llmbench-results-dir=isolated", "--llmbench-isolate"
     ).assert_outcomes(passed=2)
-    warm = {
-        d["strategy"]: d for d in map(json.loads, map(Path.read_text, bench.path.glob("warm/*/result.json")))
-    }
+    runs = runs_by_config(shared.path)
+    warm = {s: runs[f"{s}-ws2"] for s in ("ddp", "zero1")}
     iso = {
         d["strategy"]: d
         for d in map(json.loads, map(Path.read_text, bench.path.glob("isolated/*/result.json")))
@@ -104,29 +128,38 @@ def test_warm_and_isolated_runs_agree(bench):
 PEAKS = """
 import pytest
 
+@pytest.mark.llmbench(strategies="ddp")
+def test_a_small(llmbench):
+    llmbench.train()
+
 @pytest.mark.llmbench(
     strategies="ddp", model_config="hidden_size=768,intermediate_size=2048,num_hidden_layers=2"
 )
-def test_a_big(llmbench):
+def test_b_big(llmbench):
     llmbench.train()
 
 @pytest.mark.llmbench(strategies="ddp")
-def test_b_small(llmbench):
+def test_c_small_again(llmbench):
     llmbench.train()
 """
 
 
 def test_a_small_configuration_after_a_big_one_reports_its_own_peak(bench):
+    # one group serves all three: the small configuration fresh (the first in its process), the
+    # big one, and the small one again, warm
     bench.makepyfile(test_peaks=PEAKS)
-    args = ["test_peaks.py", *SHORT, "--llmbench-world-sizes=1", "--benchmark-disable"]
-    bench.runpytest_subprocess(*args, "--llmbench-results-dir=warm").assert_outcomes(passed=2)
-    bench.runpytest_subprocess(*args, "-k", "small", "--llmbench-results-dir=fresh").assert_outcomes(passed=1)
-    warm = sorted(
-        map(json.loads, map(Path.read_text, bench.path.glob("warm/*/result.json"))), key=lambda d: d["params"]
+    result = bench.runpytest_subprocess(
+        "test_peaks.py", *SHORT, "--llmbench-world-sizes=1", "--benchmark-disable"
     )
-    (fresh,) = map(json.loads, map(Path.read_text, bench.path.glob("fresh/*/result.json")))
-    small, big = warm
-    assert small["timing"]["launch"]["ranks"] == "warm" and pids(small) == pids(big)
+    result.assert_outcomes(passed=3)
+    found = sorted(
+        map(json.loads, map(Path.read_text, bench.path.glob("results/*/result.json"))),
+        key=lambda d: d["timing"]["launch"]["group_configuration"],
+    )
+    fresh, big, small = found
+    assert [d["timing"]["launch"]["ranks"] for d in found] == ["fresh", "warm", "warm"]
+    assert fresh["params"] == small["params"] < big["params"]
+    assert pids(small) == pids(big) == pids(fresh)
     assert small["model_state_gb"] == fresh["model_state_gb"]
     # the peak resident set is reset at the window and the big run's memory was handed back: the
     # small run's peak is its own, not the big one's (which is hundreds of MB higher)
@@ -143,7 +176,7 @@ def test_progress_reaches_the_callback_and_the_next_configuration_is_warm(tmp_pa
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     spec = RunSpec(
-        strategy="ddp", model="llama-tiny", seq_len=64, per_device_batch=2, steps=8, warmup=2, dtype="fp32"
+        strategy="ddp", model="llama-tiny", seq_len=64, per_device_batch=2, steps=4, warmup=1, dtype="fp32"
     )
     pool = RankPool(tmp_path / "results")
     seen: list[dict] = []
@@ -162,7 +195,7 @@ def test_progress_reaches_the_callback_and_the_next_configuration_is_warm(tmp_pa
     phases = {beat.get("phase") for beat in seen} - {None}
     assert phases <= set(PHASES) and "measuring" in phases, phases
     measuring = [b for b in seen if b.get("phase") == "measuring" and "steps" in b]
-    assert all(b["steps"] == 8 and 1 <= b["step"] <= 8 for b in measuring)
+    assert measuring and all(b["steps"] == 4 and 1 <= b["step"] <= 4 for b in measuring)
     assert (tmp_path / "run0.log").exists() and (tmp_path / "run1.log").exists()
 
 
@@ -173,6 +206,7 @@ def test_sigkill_of_pytest_ends_its_ranks_within_seconds(bench, monkeypatch):
         "-m",
         "pytest",
         "benchmarks",
+        *SHORT,
         "--llmbench-strategies=ddp",
         "--llmbench-world-sizes=2",
     ]

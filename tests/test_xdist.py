@@ -23,7 +23,10 @@ def gpu_node(monkeypatch):
     node = Hardware(device="cuda", gpu_name="NVIDIA H100 80GB HBM3", gpu_count=8, device_gib=79.2, bf16=True)
     monkeypatch.setattr(hardware, "detect", functools.cache(lambda *args: hardware._share or node))
     monkeypatch.setattr(hardware, "_share", None)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # set first, so that undo restores the variable share_node writes even where it was unset
+    # (delenv of an unset variable records nothing, and "" then hid the GPUs from later tests)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     return node
 
 

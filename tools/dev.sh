@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's Quick start (`make bench`, `make test`) runs this: it creates or reuses the project's
 # environment (.venv), installs what is missing, then runs the benchmarks or the tests in it.
-#   tools/dev.sh setup            set up .venv and stop
+#   tools/dev.sh setup            set up .venv, build DeepSpeed's JIT ops (llmbench ops) and stop
 #   tools/dev.sh bench [ARGS...]  then: pytest benchmarks/ --llmbench-report ARGS
-#   tools/dev.sh test [ARGS...]   then: ruff check, ruff format --check, pytest ARGS
+#   tools/dev.sh test [ARGS...]   then: ruff check, ruff format --check, pytest -n 2 ARGS
+#                                 (LLMBENCH_TEST_WORKERS=N: N pytest-xdist workers, 0 for none;
+#                                 LLMBENCH_TEST_SEED=N or ARGS --shuffle-seed=N: replay an order)
 # Environment:
 #   LLMBENCH_TORCH   pip arguments that install torch instead of the automatic choice, e.g.
 #                    "torch==2.11.0 --index-url https://download.pytorch.org/whl/cu126" (or .../rocm6.4)
@@ -149,6 +151,15 @@ setup() {
     say "$VENV ready in $((SECONDS - start)) s: $("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)')"
 }
 
+build_ops() {
+    # DeepSpeed's JIT ops (CPU Adam, the CPU shared-memory all-reduce) once per machine, here rather
+    # than in the middle of the first session that needs them; found, not rebuilt, next time
+    local start=$SECONDS
+    "$VENV/bin/llmbench" ops >&2 ||
+        say "some DeepSpeed ops could not be built here; the sessions that need them will try again"
+    say "DeepSpeed ops ready in $((SECONDS - start)) s"
+}
+
 # the value of --llmbench-results-dir among pytest's arguments, or the default
 results_dir() {
     local dir=results
@@ -189,7 +200,10 @@ run_tests() {
     "$VENV/bin/ruff" format --check .
     # exit code 5 (no test collected) is a failure too: any non-zero code ends this script;
     # the slowest tests are listed so that CI's log shows where its time goes
-    "$VENV/bin/python" -m pytest --durations=25 "$@"
+    # the tests are mostly torchrun groups that wait on process start-up and gloo: two pytest-xdist
+    # workers on two cores finish sooner than one (loadgroup keeps the tests that read one shared
+    # session on one worker); the order is shuffled, its seed printed in the header
+    "$VENV/bin/python" -m pytest -n "${LLMBENCH_TEST_WORKERS:-2}" --dist loadgroup --durations=25 "$@"
 }
 
 activate() {
@@ -201,14 +215,19 @@ activate() {
 command=${1:-}
 [ $# -gt 0 ] && shift
 case $command in
-setup) setup ;;
+setup)
+    setup
+    build_ops
+    ;;
 bench)
     setup
+    build_ops
     activate
     bench "$@"
     ;;
 test)
     setup
+    build_ops
     activate
     run_tests "$@"
     ;;

@@ -19,6 +19,7 @@ between two sessions is noise). analyse then gates disjoint pairs of consecutive
 
 A false alarm is a REGRESSION verdict on a metric; the rates are per metric, with Clopper-Pearson
 95% intervals. Inconclusive verdicts are counted apart: by default they do not fail the gate.
+A SIGINT or SIGTERM to collect ends the session running (pytest and what it started) and collect.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -34,14 +34,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _child import run_session
 from scipy.stats import binomtest
 
 from llmbench_pytest.analysis.significance import INCONCLUSIVE, REGRESSION
+from llmbench_pytest.config.gate_bounds import MIN_SPREAD_RUNS, min_history
 from llmbench_pytest.report.collect import load_results
 from llmbench_pytest.report.gate import GateBounds, run_gate
 from llmbench_pytest.report.gate_history import History, Point
-from llmbench_pytest.report.gate_settings import MIN_SPREAD_RUNS, min_history
 from llmbench_pytest.report.records import merge_repeats, record_from_result, records_from_results
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,7 +75,7 @@ def collect(out: Path, sessions: int, repeat: int, steps: int, seq_lens: str) ->
     for i in range(1, sessions + 1):
         target = out / f"session-{i:02d}"
         started = time.monotonic()
-        subprocess.run([*cmd, f"--llmbench-results-dir={target}"], cwd=REPO, check=False, capture_output=True)
+        run_session([*cmd, f"--llmbench-results-dir={target}"], cwd=REPO, capture_output=True)
         load = os.getloadavg()[0]
         print(f"{target}: {time.monotonic() - started:.0f} s, load average {load:.1f}", flush=True)
 

@@ -4,14 +4,17 @@
     python tools/time_to_answer.py --json tta.json --goal-wall 150 --goal-share 0.6 -- \
         pytest benchmarks/test_pretrain.py
 
-Runs the pytest command (results into a fresh directory unless the command names one), measures
-its wall time, then reads every result.json it wrote: the measured windows (timing.window_sec)
-summed, and their share of the wall time; per configuration, where its time went (ranks starting,
-setup, DeepSpeed ops, warm-up, the window, the untimed steps after it, and the rest: teardown,
-checks, pytest). It prints a table, writes the figures as JSON, and with --goal-wall /
---goal-share says whether the session met them. The load average before and after goes with the
-figures: on a shared machine it decides them as much as the code does. Exit status: pytest's, or
-1 when a goal was missed.
+Runs the pytest command (results into a fresh directory under results/, which git ignores, unless
+the command or --results-dir names one), measures its wall time, then reads every result.json it
+wrote: the measured windows (timing.window_sec) summed, and their share of the wall time; per
+configuration, where its time went (ranks starting, setup, DeepSpeed ops, warm-up, the window, the
+untimed steps after it, and the rest: teardown, checks, pytest). It prints a table, writes the
+figures as JSON (time_to_answer.json in the results directory unless --json says where), and with
+--goal-wall / --goal-share says whether the session met them. The load average before and after
+goes with the figures: on a shared machine it decides them as much as the code does. Exit status:
+pytest's, or 1 when a goal was missed. A SIGINT or SIGTERM to this tool goes to the whole session
+(pytest records the run in progress as interrupted and ends its ranks); the figures of what ran
+are still written.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _child import run_session
+
 RESULTS_OPTION = "--llmbench-results-dir"
 UNFINISHED = {2, 124, 137}
 """Exit codes of a session that did not finish: pytest interrupted, or `timeout` ending it."""
@@ -39,7 +46,11 @@ def _results_dir(command: list[str], given: str | None) -> tuple[list[str], Path
             return command, Path(arg.split("=", 1)[1])
         if arg == RESULTS_OPTION and i + 1 < len(command):
             return command, Path(command[i + 1])
-    where = Path(given) if given else Path(tempfile.mkdtemp(prefix="time-to-answer-", dir="."))
+    if given:
+        where = Path(given)
+    else:  # never the working tree itself: results/ is where the suite writes, and git ignores it
+        Path("results").mkdir(exist_ok=True)
+        where = Path(tempfile.mkdtemp(prefix="time-to-answer-", dir="results"))
     return [*command, f"{RESULTS_OPTION}={where}"], where
 
 
@@ -140,8 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--json", default="time_to_answer.json", help="where to write the figures")
-    parser.add_argument("--results-dir", help="results directory to pass pytest (default: a fresh one)")
+    parser.add_argument(
+        "--json", help="where to write the figures (default: time_to_answer.json in the results directory)"
+    )
+    parser.add_argument(
+        "--results-dir", help="results directory to pass pytest (default: a fresh one in results/)"
+    )
     parser.add_argument("--goal-wall", type=float, help="wall-time goal in seconds")
     parser.add_argument("--goal-share", type=float, help="goal for the measuring share of wall time (0.6)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the pytest command")
@@ -155,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load_before = os.getloadavg()
     started = time.monotonic()
-    code = subprocess.run(command, check=False).returncode
+    code = run_session(command, exit_on_signal=False).returncode  # interrupted: still report
     wall = time.monotonic() - started
     load_after = os.getloadavg()
 
@@ -200,8 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         missed += [] if ok else ["share"]
         print(f"goal measuring >= {args.goal_share:.0%}: {'met' if ok else 'MISSED'}")
     figures["goals_missed"] = missed
-    Path(args.json).write_text(json.dumps(figures, indent=2))
-    print(f"figures: {args.json}")
+    out = Path(args.json) if args.json else results_dir / "time_to_answer.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2))
+    print(f"figures: {out}")
     return code or (1 if missed else 0)
 
 

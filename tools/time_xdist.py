@@ -11,7 +11,8 @@ folder (so neither finds the other's runs), one after the other: without -n firs
 it. Printed per session: the wall time, pytest's outcome line, the sum of the measured windows
 (`timing.window_sec` of every result.json) and the 1-minute load average before and after
 (a shared machine's other work shows there). CPU figures are smoke: they show the sessions
-overlap, not how fast anything trains.
+overlap, not how fast anything trains. A SIGINT or SIGTERM to this tool ends the session running
+(pytest, its workers and ranks) and the tool, before the next session.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ import argparse
 import glob
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _child import run_session
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +38,7 @@ def session(label: str, pytest_args: list[str], results: Path) -> dict[str, obje
     cmd += [f"--llmbench-results-dir={results}", *pytest_args]
     load_before = os.getloadavg()[0]
     started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
+    proc = run_session(cmd, cwd=REPO, capture_output=True, text=True)
     wall = time.monotonic() - started
     lines = proc.stdout.splitlines()
     outcome = next((ln for ln in reversed(lines) if " in " in ln and ("passed" in ln or "failed" in ln)), "")

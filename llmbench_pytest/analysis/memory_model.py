@@ -27,11 +27,19 @@ any strategy code that runs after autograd returns. How the strategies map onto 
   larger than a bucket whole until after it, so what it holds then depends on how its bucket and
   partition boundaries fall: no prediction. After backward it holds what ZeRO-2 holds (2x H200:
   8.587 GB both), so DeepSpeed's ZeRO-1 and ZeRO-2 differ on a GPU only transiently.
-- CPU offload moves the optimizer state and the gradient partitions to host memory, so ZeRO-1/2
-  keep only the p bytes of 16-bit weights on the device (measured on 2x H200: 2.04 GB for 0.95B
-  parameters, 0.13 GB of it a transfer buffer the size of the largest parameter); ZeRO-3 offload
-  streams parameters in, so it has no steady device share to predict. On a CPU the device is the
-  host: the offloaded states are in the same census, and no device share is predicted.
+- CPU offload moves the optimizer state and the gradient partitions to host memory. ZeRO-1/2
+  keep the p bytes of 16-bit weights on the device, plus a transfer buffer the size of the
+  largest parameter (the embedding's, vocab x hidden) and what is in flight as for ZeRO-2 (the
+  bucket, double-buffered with overlap_comm, and the embedding's gradient); on the host the fp32
+  master, the Adam moments and fp32 gradients (16 bytes) and a 16-bit copy of the partition (p),
+  all over N, and a p-byte embedding buffer. ZeRO-3 offload keeps its parameters on the host too:
+  on the device one bucket and the embedding's gathered weights and gradient (2p x vocab x
+  hidden); on the host 16 + 2p bytes per parameter over N. Measured on 1x H100 (llama-1b, bf16,
+  census at the end of backward, 2026-11-24): zero1_offload and zero2_offload 2.1855 GB device
+  (2.1854 predicted) and 17.303 GB host (17.289 predicted plus 0.014 GB of pinned input
+  batches); zero3_offload 0.2708 GB device (0.2705) and 19.067 GB host (19.065). On a CPU the
+  device is the host: the offloaded states are in the same census, and no device share is
+  predicted.
 The census (measured) and this prediction are reported side by side; checks/memory.py holds each
 run to it (MODEL_STATE_TOLERANCE).
 """
@@ -91,6 +99,8 @@ def bytes_per_param(  # noqa: PLR0911 (one return per strategy reads as the tabl
         return 16.0 / n
     if strategy in ("zero1", "zero2") and offload == "cpu":
         return float(p)  # gradient partitions go to pinned host buffers with the optimizer state
+    if strategy == "zero3" and offload != "none":
+        return 0.0  # parameters live on the host (or NVMe) too: only what is in flight is here
     if strategy == "zero1":
         return None if overlap_comm else p + p + 12 / n
     if strategy == "zero2":
@@ -104,9 +114,11 @@ def _in_flight_bytes(
     strategy: str, offload: str, world_size: int, dtype: str, inflight: InFlight, embedding_trains: bool
 ) -> float:
     """Bytes DeepSpeed still holds when autograd returns (see the module docstring)."""
-    if not strategy.startswith("zero") or strategy == "zero0" or offload != "none":
+    if not strategy.startswith("zero") or strategy == "zero0":
         return 0.0
     p = 2 if dtype in ("bf16", "fp16") else 4
+    if offload != "none":
+        return _offload_in_flight(strategy, p, inflight, embedding_trains)
     out = p * inflight.bucket * (2 if inflight.overlap_comm else 1)  # overlap_comm double-buffers it
     if not embedding_trains:
         return out  # a frozen embedding has no gradient to wait for, nor weights ZeRO-3 keeps
@@ -116,6 +128,36 @@ def _in_flight_bytes(
         # its gradient, and at 2+ ranks the weights gathered from the shards (one rank owns them whole)
         out += p * inflight.embedding * (2 if world_size > 1 else 1)
     return out
+
+
+def _offload_in_flight(strategy: str, p: int, inflight: InFlight, embedding_trains: bool) -> float:
+    """What an offloading ZeRO holds on the device besides its resident weights (docstring)."""
+    grad = p * inflight.embedding if embedding_trains else 0
+    if strategy == "zero3":
+        return p * inflight.bucket + 2 * grad  # the embedding gathered, and its gradient
+    buckets = p * inflight.bucket * (2 if inflight.overlap_comm else 1)
+    return buckets + grad + p * inflight.embedding  # the last: the transfer buffer
+
+
+def predicted_host_gb(
+    strategy: str,
+    offload: str,
+    world_size: int,
+    dtype: str,
+    params: int | None,
+    *,
+    inflight: InFlight | None = None,
+    device: str = "cuda",
+) -> float | None:
+    """Model states an offloading ZeRO keeps in host memory per rank, in GB (docstring); None for
+    the strategies that keep none there, for NVMe (its states are on disk) and on a CPU."""
+    if offload != "cpu" or device != "cuda" or not params or not strategy.startswith("zero"):
+        return None
+    p = 2 if dtype in ("bf16", "fp16") else 4
+    embedding = (inflight or InFlight()).embedding
+    if strategy == "zero3":
+        return (16 + 2 * p) * params / world_size / 1e9
+    return ((16 + p) * params / world_size + p * embedding) / 1e9
 
 
 def predicted_gb(

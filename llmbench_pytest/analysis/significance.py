@@ -245,45 +245,61 @@ def bound_only(base: float, cur: float, why: str, confidence: float = 0.95) -> E
     return Estimate(base, cur, ratio, ratio, ratio, None, BOUND_ONLY, f"bound only: {why}", confidence)
 
 
-def block_length(x: Sequence[float]) -> int:
-    """Politis and White's automatic block length for the circular block bootstrap of a mean
-    (with Patton, Politis and White's 2009 correction), between 1 and n / 3."""
+def block_length_estimate(x: Sequence[float]) -> float:
+    """Politis and White's (2004) estimate of the block length that minimises the mean squared
+    error of the circular block bootstrap's variance of a mean, with Patton, Politis and White's
+    2009 correction; a real number, at most ceil(min(3 sqrt(n), n / 3)). It is, series by series,
+    arch's optimal_block_length(x)['circular']: tests/test_gate_stats.py holds it to that reference.
+
+    R(k) is the autocovariance at lag k (the sum over the n - k pairs, divided by n).
+
+    1. The window M: m is the first lag (m >= 1) from which K = max(5, ceil(sqrt(log10 n))) lags
+       in a row have an autocorrelation inside +-2 sqrt(log10(n) / n), looking at lags up to
+       L = ceil(sqrt(n)) + K (and n - 2); M = min(2 m, L), or L where no such run exists. The
+       autocorrelation here is the lag's sum of products over the root of the sums of squares of
+       x[k+1:] and x[:n-k-1] (arch's convention): close to the correlation of the pairs, where
+       R(k) / R(0) shrinks by (n - k) / n and, with few steps, calls real correlation noise.
+    2. With the flat-top window w(t) = min(1, 2 (1 - |t|)), over k = -M .. M: G = sum |k| w(k/M) R(k)
+       and the long-run variance sigma^2 = sum w(k/M) R(k); the estimate is (2 G^2 / D)^(1/3) n^(1/3)
+       with D = 4/3 sigma^4 (the corrected constant of the circular bootstrap). A flat-top window's
+       sigma^2 can come out 0 or below: it is squared all the same (at exactly 0, the cap).
+    """
     import numpy as np
 
     v = np.asarray(x, dtype=float)
     n = len(v)
     if n < 4:
-        return 1
+        return 1.0
     c = v - v.mean()
-    var = float(c @ c) / n
-    if var <= 0:
-        return 1
-    max_lag = min(n - 1, math.ceil(math.sqrt(n)) + 5)
-    acf = np.array([float(c[: n - k] @ c[k:]) / n / var for k in range(max_lag + 1)])
-    # the first lag m after which k_n = max(5, sqrt(log10 n)) autocorrelations in a row are
-    # insignificant (|rho| < 2 sqrt(log10(n) / n)); M = 2 m
-    kn = max(5, math.ceil(math.sqrt(math.log10(n))))
-    limit = 2 * math.sqrt(math.log10(n) / n)
-    m = max_lag
-    for lag in range(1, max_lag + 1):
-        if all(abs(acf[j]) < limit for j in range(lag, min(lag + kn, max_lag + 1))):
-            m = lag - 1
-            break
-    if m == 0:
-        return 1  # no autocorrelation worth the name: the iid bootstrap is the right one
-    big_m = min(2 * m, max_lag)
-    g = d0 = 0.0
-    for k in range(-big_m, big_m + 1):
-        t = abs(k) / big_m
-        w = 1.0 if t <= 0.5 else 2 * (1 - t)  # flat-top (trapezoid) lag window
-        r = acf[abs(k)] * var
-        g += w * abs(k) * r
-        d0 += w * r
-    if d0 <= 0:
-        return 1
-    d_cb = 4 / 3 * d0**2
-    b = (2 * g**2 / d_cb) ** (1 / 3) * n ** (1 / 3)
-    return int(min(max(1, round(b)), max(1, n // 3)))
+    if not np.any(c):
+        return 1.0
+    cap = math.ceil(min(3 * math.sqrt(n), n / 3))
+    k_run = max(5, math.ceil(math.sqrt(math.log10(n))))
+    most = min(math.ceil(math.sqrt(n)) + k_run, n - 2)  # both sides of a lag keep a step
+    lags = np.arange(most + 1)
+    products = np.array([float(c[: n - k] @ c[k:]) for k in lags])
+    squares = np.cumsum(c * c)  # squares[i]: sum of c[:i + 1]**2
+    head = squares[n - lags - 2]  # sum of c[: n - k - 1]**2
+    tail = squares[-1] - squares[lags]  # sum of c[k + 1 :]**2
+    scale = np.sqrt(head * tail)
+    corr = np.divide(np.abs(products), scale, out=np.zeros(most + 1), where=scale > 0)
+    inside = corr < 2 * math.sqrt(math.log10(n) / n)
+    first = next((m for m in range(1, most - k_run + 2) if inside[m : m + k_run].all()), None)
+    window = most if first is None else min(2 * first, most)
+    k = np.arange(1, window + 1)
+    w = np.minimum(1.0, 2 * (1 - k / window))
+    acov = products[1 : window + 1] / n
+    sigma2 = products[0] / n + 2 * float(w @ acov)
+    g = 2 * float(w @ (k * acov))
+    if sigma2 == 0:
+        return float(cap)
+    return min((2 * g**2 / (4 / 3 * sigma2**2)) ** (1 / 3) * n ** (1 / 3), cap)
+
+
+def block_length(x: Sequence[float]) -> int:
+    """The block length of x's circular block bootstrap: block_length_estimate to the nearest whole
+    step (halves up), at least 1 (below 1.5, the iid bootstrap)."""
+    return max(1, math.floor(block_length_estimate(x) + 0.5))
 
 
 def bootstrap_means(x: Sequence[float], block: int, resamples: int, rng: np.random.Generator) -> np.ndarray:

@@ -17,7 +17,7 @@ from .memory import MODEL_STATE_TOLERANCE, check_memory, check_model_states
 from .outcome import CheckOutcome
 from .scaling import check_scaling
 from .sharding import BELOW_DDP_MARGIN, FSDP_BELOW_ZERO3, SHARDING_ORDER, check_sharding, peer_key
-from .smoke import CPU_SMOKE
+from .smoke import CPU_CAVEAT, CPU_SMOKE
 from .timing import TIMING_AGREEMENT, check_timing
 from .variance import MIN_EPOCHS, check_mean_interval, check_repeat_spread, check_step_time_cv
 
@@ -37,6 +37,7 @@ CHECKS = (
 __all__ = [
     "BELOW_DDP_MARGIN",
     "CHECKS",
+    "CPU_CAVEAT",
     "CPU_SMOKE",
     "FSDP_BELOW_ZERO3",
     "MIN_EPOCHS",

@@ -64,11 +64,8 @@ def check_memory(result: Mapping[str, Any], limit_gb: float | None, source: str 
 
 def _no_prediction(result: Mapping[str, Any]) -> str:
     strategy, offload = str(result.get("strategy")), result.get("offload")
-    if offload not in (None, "none"):
-        return (
-            "offload moves states between host and device within the step, through transfer buffers "
-            "the size of the largest parameter: the device share is reported, not checked"
-        )
+    if offload not in (None, "none") and result.get("device") != "cuda":
+        return "on a CPU the device is the host: the offloaded states are in the same census, not apart"
     zero = ((result.get("strategy_config") or {}).get("deepspeed_config") or {}).get(
         "zero_optimization"
     ) or {}
@@ -106,7 +103,8 @@ def _siblings(result: Mapping[str, Any], measured: float) -> str:
 
 
 def check_model_states(result: Mapping[str, Any]) -> CheckOutcome:
-    """Measured model states per rank within MODEL_STATE_TOLERANCE of the strategy's prediction."""
+    """Measured model states per rank within MODEL_STATE_TOLERANCE of the strategy's prediction: on
+    the device, and in host memory where offload keeps them there."""
     name = "model_states"
     measured, predicted = result.get("model_state_gb"), result.get("model_state_predicted_gb")
     if measured is None:
@@ -119,20 +117,75 @@ def check_model_states(result: Mapping[str, Any]) -> CheckOutcome:
         f"model states per rank at world size {ws}: {measured:.4f} GB measured (census at the end of "
         f"backward), {predicted:.4f} GB predicted, {gap:+.1%}"
     )
-    if abs(gap) <= MODEL_STATE_TOLERANCE:
+    host, host_predicted = result.get("model_state_host_gb"), result.get("model_state_host_predicted_gb")
+    host_gap = host / host_predicted - 1 if host is not None and host_predicted else None
+    if host_gap is not None:
+        detail += (
+            f"; in host memory {host:.4f} GB measured, {host_predicted:.4f} GB predicted, {host_gap:+.1%}"
+        )
+    worst = max(abs(gap), abs(host_gap or 0.0))
+    if worst <= MODEL_STATE_TOLERANCE:
         return CheckOutcome(
             name, True, f"{detail}, within {MODEL_STATE_TOLERANCE:.0%}", gap, MODEL_STATE_TOLERANCE
         )
-    what = (
-        "It holds more than its sharding allows: it is not partitioning what its name says"
-        if gap > 0
-        else "It holds less than predicted: the census missed tensors, or the states live elsewhere"
+    where, off, got = (
+        ("device", gap, measured) if abs(gap) > MODEL_STATE_TOLERANCE else ("host", host_gap, host)
     )
+    expected = predicted if where == "device" else host_predicted
+    sibling = _siblings(result, measured) if where == "device" else ""
+    if sibling and off > 0:  # it measures what a less sharded strategy holds: a counted fact
+        why = (
+            f"{sibling}. It holds more than its sharding allows: it is not partitioning what its name "
+            "says: check its configuration in result.json (strategy_config)"
+        )
+    else:
+        why = f"{sibling}. {_cause(result, got - expected, where)}"
     return CheckOutcome(
         name,
         False,
-        f"{result.get('strategy')}: {detail}, beyond {MODEL_STATE_TOLERANCE:.0%}"
-        f"{_siblings(result, measured)}. {what}: check its configuration in result.json (strategy_config).",
-        gap,
+        f"{result.get('strategy')}: {detail}, beyond {MODEL_STATE_TOLERANCE:.0%}{why}",
+        off,
         MODEL_STATE_TOLERANCE,
+    )
+
+
+def _parts(result: Mapping[str, Any]) -> dict[str, float]:
+    """GB of the parts a prediction is made of, for naming what a gap amounts to."""
+    n = int(result.get("world_size") or 1)
+    p = 2 if result.get("dtype") in ("bf16", "fp16") else 4
+    params = float(result.get("params") or 0)
+    flight = memory_model.InFlight.of(result.get("model_info") or {}, result.get("strategy_config") or {})
+    parts = {
+        f"the input embedding's size in {p}-byte words (its gradient, gathered weights or a transfer "
+        "buffer)": p * flight.embedding / 1e9,
+        "a reduce bucket": p * flight.bucket / 1e9,
+    }
+    if n > 1:
+        parts["full gradients where a 1/N partition is due"] = p * params * (1 - 1 / n) / 1e9
+        parts["the whole optimizer state where a 1/N partition is due"] = 12 * params * (1 - 1 / n) / 1e9
+    return {k: v for k, v in parts.items() if v > 0}
+
+
+def _cause(result: Mapping[str, Any], excess_gb: float, where: str) -> str:
+    """What the gap amounts to, from the parts the prediction counts: a whole number of them (up to
+    three of each), or none; never a guess at a cause the numbers do not show."""
+    parts = sorted(_parts(result).items(), key=lambda kv: kv[1], reverse=True)
+    size = abs(excess_gb)
+    best: tuple[float, str] | None = None
+    for name, gb in parts:
+        for k in (1, 2, 3):
+            miss = abs(size - k * gb)
+            if miss <= 0.02 * size and (best is None or miss < best[0]):
+                best = (miss, f"{k} x {name} ({gb:.4f} GB each)")
+    more = "more" if excess_gb > 0 else "less"
+    if best is not None:
+        return (
+            f"It holds {more} than predicted on the {where}, by {size:.4f} GB: that is {best[1]}; see "
+            "strategy_config in result.json, and analysis/memory_model.py for what each strategy keeps"
+        )
+    counted = ", ".join(f"{name} {gb:.4f} GB" for name, gb in parts) or "none"
+    return (
+        f"It holds {more} than predicted on the {where}, by {size:.4f} GB, a size that matches no part the "
+        f"prediction counts ({counted}): compare per_rank's census in result.json with "
+        "analysis/memory_model.py"
     )

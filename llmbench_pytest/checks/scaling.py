@@ -13,7 +13,8 @@ than one (torchrun gave each rank OMP_NUM_THREADS=1, so DeepSpeed's CPU Adam ran
 per rank instead of 32; the message shows the threads per rank).
 
 Weak scaling keeps the per-device batch (llmbench's default); strong scaling keeps the global
-batch. On a CPU the efficiency is recorded without a verdict (smoke.py).
+batch. On a CPU the efficiency is recorded without a verdict (smoke.py), unless the bound was
+given on the command line: then it is judged, and the message says that CPU timings are smoke.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..analysis.scaling import efficiency, mode
 from .outcome import CheckOutcome
-from .smoke import cpu_smoke
+from .smoke import cpu_caveat, cpu_smoke
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -53,10 +54,15 @@ def _throughput(r: Mapping[str, Any]) -> float | None:
 
 
 def check_scaling(
-    result: Mapping[str, Any], baseline: Mapping[str, Any] | None, min_efficiency: float
+    result: Mapping[str, Any],
+    baseline: Mapping[str, Any] | None,
+    min_efficiency: float,
+    *,
+    explicit: bool = False,
 ) -> CheckOutcome:
     """Throughput at this world size against `baseline`, the same configuration at the smallest
-    world size this session measured (None when there is none, or this run is it)."""
+    world size this session measured (None when there is none, or this run is it). `explicit`:
+    the bound was given on the command line, so a CPU run is judged too (with the caveat)."""
     name = "scaling"
     ws = int(result.get("world_size") or 1)
     if baseline is None:
@@ -83,16 +89,17 @@ def check_scaling(
         f"efficiency {eff:.0%} of linear ({ws / n0:g}x the baseline would be {ws / n0 * t0:,.0f})"
     )
     smoke = cpu_smoke(result)
-    if smoke:
+    if smoke and not explicit:
         return CheckOutcome(name, None, f"{detail}. Not judged: {smoke}", eff, min_efficiency)
+    caveat = cpu_caveat(result, "--llmbench-min-scaling") if explicit else ""
     if eff >= min_efficiency:
-        return CheckOutcome(name, True, f"{detail} >= {min_efficiency:.0%}", eff, min_efficiency)
+        return CheckOutcome(name, True, f"{detail} >= {min_efficiency:.0%}{caveat}", eff, min_efficiency)
     return CheckOutcome(
         name,
         False,
-        f"{result.get('strategy')}: scales poorly: {detail} < {min_efficiency:.0%}. Communication or a slow "
-        "rank holds the group back: look at where the time goes (--llmbench-profile), the interconnect, "
-        f"and each rank's log; or lower --llmbench-min-scaling.{_threads(result, baseline)}",
+        f"{result.get('strategy')}: scales poorly: {detail} < {min_efficiency:.0%}{caveat}. Communication or "
+        "a slow rank holds the group back: look at where the time goes (--llmbench-profile), the "
+        f"interconnect, and each rank's log; or lower --llmbench-min-scaling.{_threads(result, baseline)}",
         eff,
         min_efficiency,
     )

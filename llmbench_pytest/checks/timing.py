@@ -11,6 +11,11 @@ if TYPE_CHECKING:
 
 TIMING_AGREEMENT = 0.02
 """CUDA events summed over the steps may differ from the host clock around the window by 2%."""
+STEP_BOUNDARY_S = 0.001
+"""Host time each step boundary may take outside every step's events (the loop's own Python
+between one step's end event and the next one's start, and the window's two ends): on 1x H100,
+llama-tiny, 3-step windows of about 0.07 s measured 0.5-0.9 ms a step (2026-11-24), 2-4% of so
+short a window, while the 0.3 s steps of llama-1b make it 0.3%. A gap fails only beyond both."""
 
 
 def check_timing(result: Mapping[str, Any]) -> CheckOutcome:
@@ -29,6 +34,17 @@ def check_timing(result: Mapping[str, Any]) -> CheckOutcome:
     )
     if abs(gap) <= TIMING_AGREEMENT:
         return CheckOutcome(name, True, f"{detail}, within {TIMING_AGREEMENT:.0%}", gap, TIMING_AGREEMENT)
+    unaccounted = abs(timing["window_sec"] - timing["sum_of_steps_sec"])
+    boundaries = len(result.get("step_times_sec") or []) + 1
+    if unaccounted <= STEP_BOUNDARY_S * boundaries:
+        return CheckOutcome(
+            name,
+            True,
+            f"{detail}: {unaccounted * 1e3:.2f} ms over {boundaries} step boundaries, within the "
+            f"{STEP_BOUNDARY_S * 1e3:.0f} ms each the loop's own work between steps takes",
+            gap,
+            TIMING_AGREEMENT,
+        )
     return CheckOutcome(
         name,
         False,

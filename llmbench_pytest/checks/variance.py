@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..analysis.stats import Jitter, MeanInterval, mean_interval, mean_of, relative_spread
 from .outcome import CheckOutcome
-from .smoke import cpu_smoke
+from .smoke import cpu_caveat, cpu_smoke
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -75,12 +75,13 @@ def _cv_verdict(
 ) -> CheckOutcome:
     """The between-runs outcome for a measured CV of `quantity` (`detail`: the numbers); `fix` is
     the first remedy, a quieter machine and a looser bound follow."""
+    caveat = cpu_caveat(result)  # judged on CPU with any bound: between runs, not within one
     if cv <= max_cv:
-        return CheckOutcome("step_time_cv", True, f"{quantity}: {detail} <= {max_cv:.1%}", cv, max_cv)
+        return CheckOutcome("step_time_cv", True, f"{quantity}: {detail} <= {max_cv:.1%}{caveat}", cv, max_cv)
     return CheckOutcome(
         "step_time_cv",
         False,
-        f"{result.get('strategy')}: {quantity} varies too much: {detail} > {max_cv:.1%}. "
+        f"{result.get('strategy')}: {quantity} varies too much: {detail} > {max_cv:.1%}{caveat}. "
         f"{fix}, run on a quieter machine, or raise --llmbench-max-cv.",
         cv,
         max_cv,
@@ -105,8 +106,11 @@ def _interval_of(result: Mapping[str, Any]) -> tuple[MeanInterval | None, Jitter
     return mean_interval(times), Jitter.of(times)
 
 
-def check_mean_interval(result: Mapping[str, Any], max_half_width: float) -> CheckOutcome:
-    """Within a run: the mean step time's 95% interval is at most +-`max_half_width` of it."""
+def check_mean_interval(
+    result: Mapping[str, Any], max_half_width: float, *, explicit: bool = False
+) -> CheckOutcome:
+    """Within a run: the mean step time's 95% interval is at most +-`max_half_width` of it.
+    `explicit`: the bound was given on the command line, so a CPU run is judged too (with the caveat)."""
     name = "mean_interval"
     interval, jitter = _interval_of(result)
     if interval is None or jitter is None:
@@ -117,13 +121,26 @@ def check_mean_interval(result: Mapping[str, Any], max_half_width: float) -> Che
         f"{interval.lag1_autocorrelation:.2f}); jitter: {jitter_text(jitter)}"
     )
     smoke = cpu_smoke(result)
-    if smoke:
+    if smoke and not explicit:
         return CheckOutcome(name, None, f"{detail}. Not judged: {smoke}", interval.relative, max_half_width)
+    caveat = cpu_caveat(result, "--llmbench-max-interval") if explicit else ""
+    waited = _data_bound(result)
+    if interval.relative > max_half_width and waited:
+        return CheckOutcome(
+            name,
+            None,
+            f"{detail}; +-{interval.relative:.1%} > +-{max_half_width:.1%}, a data-bound spread: {waited}. "
+            "Reported, not judged: the spread is the data path's, not the strategy's. To judge the "
+            "training alone, feed it from memory (--llmbench-data=memory) or give the loader more "
+            "workers (--llmbench-data-workers)",
+            interval.relative,
+            max_half_width,
+        )
     if interval.relative <= max_half_width:
         return CheckOutcome(
             name,
             True,
-            f"{detail}; +-{interval.relative:.1%} <= {max_half_width:.1%}",
+            f"{detail}; +-{interval.relative:.1%} <= {max_half_width:.1%}{caveat}",
             interval.relative,
             max_half_width,
         )
@@ -131,11 +148,29 @@ def check_mean_interval(result: Mapping[str, Any], max_half_width: float) -> Che
         name,
         False,
         f"{result.get('strategy')}: the mean step time is not known well enough to compare: {detail}; "
-        f"+-{interval.relative:.1%} > +-{max_half_width:.1%}. At this spread about "
+        f"+-{interval.relative:.1%} > +-{max_half_width:.1%}{caveat}. At this spread about "
         f"{interval.steps_for(max_half_width)} steps would do (--llmbench-steps), or run on a quieter "
         "machine, or raise --llmbench-max-interval.",
         interval.relative,
         max_half_width,
+    )
+
+
+DATA_BOUND_SHARE = 0.01
+"""A run whose steps waited for data for at least this share of its wall time is data-bound."""
+
+
+def _data_bound(result: Mapping[str, Any]) -> str:
+    """Why the run is data-bound ('...'), or '' when its steps did not wait for their data."""
+    wait, idle = result.get("data_wait_fraction"), result.get("idle_fraction")
+    share = max(wait or 0.0, idle or 0.0)
+    if share < DATA_BOUND_SHARE:
+        return ""
+    info = result.get("data_source")
+    source = (info.get("source") if isinstance(info, dict) else info) or result.get("data") or "loader"
+    return (
+        f"its steps waited for data ({source}) {wait or 0:.1%} of the wall time, and no step ran "
+        f"{idle or 0:.1%} of it"
     )
 
 
@@ -150,13 +185,17 @@ def check_repeat_spread(result: Mapping[str, Any], max_spread: float) -> CheckOu
         f"tokens/s over {rep['count']} repeats: {rates} (mean {rep['tokens_per_sec_mean']:,.1f}, "
         f"std {rep['tokens_per_sec_std']:,.1f}); largest deviation {rep['max_deviation']:.1%}"
     )
+    caveat = cpu_caveat(result)  # judged on CPU with any bound, as step_time_cv is
     if rep["max_deviation"] <= max_spread:
-        return CheckOutcome(name, True, f"{detail} <= {max_spread:.1%}", rep["max_deviation"], max_spread)
+        return CheckOutcome(
+            name, True, f"{detail} <= {max_spread:.1%}{caveat}", rep["max_deviation"], max_spread
+        )
     return CheckOutcome(
         name,
         False,
-        f"{result.get('strategy')}: repeats disagree: {detail} > {max_spread:.1%}. Look for throttling, "
-        "other jobs on the machine or a noisy interconnect; or raise --llmbench-max-repeat-spread.",
+        f"{result.get('strategy')}: repeats disagree: {detail} > {max_spread:.1%}{caveat}. Look for "
+        "throttling, other jobs on the machine or a noisy interconnect; or raise "
+        "--llmbench-max-repeat-spread.",
         rep["max_deviation"],
         max_spread,
     )

@@ -65,6 +65,16 @@ def _positive_float(raw: Any) -> float:
     return value
 
 
+def _non_negative_float(raw: Any) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise SpecError(f"must be a number; got {raw!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise SpecError(f"must be a number, 0 or more; got {raw!r}")
+    return value
+
+
 def _fraction(raw: Any) -> float:
     """'10%' or '0.1' -> 0.1."""
     text = str(raw).strip()
@@ -351,6 +361,14 @@ SETTINGS: tuple[Setting, ...] = (
         "SECONDS",
     ),
     Setting(
+        "wait_for_gpus",
+        "before the first configuration the session looks at its GPUs; if another process holds one, "
+        "wait up to this many seconds for them to be free, saying what it waits for, instead of "
+        "refusing to start (default: refuse at once).",
+        _non_negative_float,
+        "SECONDS",
+    ),
+    Setting(
         "device",
         "where to train: auto, cpu or cuda (default: auto).",
         _choice("auto", "cpu", "cuda"),
@@ -401,7 +419,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "max_interval",
         "how well a run's mean step time must be known: the largest half-width of its 95% confidence "
-        "interval, relative to the mean, that the mean_interval check accepts on a GPU: 0.1 or 10 percent "
+        "interval, relative to the mean, that the mean_interval check accepts on a GPU (on CPU too when "
+        "given on the command line, with the caveat that CPU timings are smoke): 0.1 or 10 percent "
         "(default: 0.1, seed 000's tolerance between runs).",
         _fraction,
         "FRACTION",
@@ -409,8 +428,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "min_scaling",
         "the least scaling efficiency, T(N) / ((N / N0) T(N0)) against the same configuration at the "
-        "smallest world size N0 of the session, that the scaling check accepts on a GPU: 0.6 or 60 "
-        "percent (default: 0.6, seed 000's 'investigate' line).",
+        "smallest world size N0 of the session, that the scaling check accepts on a GPU (on CPU too when "
+        "given on the command line, with the caveat that CPU timings are smoke): 0.6 or 60 percent "
+        "(default: 0.6, seed 000's 'investigate' line).",
         _share,
         "FRACTION",
     ),
@@ -586,6 +606,12 @@ class SessionOptions:
     max_batch: int | None = None
     lr: float = 1e-3
     seed: int = 1234
+    wait_for_gpus: float | None = None
+    explicit: tuple[str, ...] = ()
+    """The settings passed on the command line (PYTEST_ADDOPTS included), in the order given. A
+    timing bound given there is applied on CPU too, with the caveat that CPU timings are smoke
+    (checks/smoke.py); one from the ini file is a standing policy, which a CPU run of the same
+    project, like the defaults, records without a verdict."""
 
     def with_values(self, values: dict[str, Any], origin: str) -> SessionOptions:
         """Apply raw values (from ini, command line or marker), parsing each; errors name the origin."""
@@ -599,6 +625,8 @@ class SessionOptions:
             except SpecError as exc:
                 where = {"command line": setting.option, "ini": setting.ini}.get(origin, f"{origin} {key}=")
                 raise SpecError(f"{where}: {exc}") from None
+        if origin == "command line":
+            parsed["explicit"] = tuple(dict.fromkeys((*self.explicit, *values)))
         return dataclasses.replace(self, **parsed)
 
     def to_dict(self) -> dict[str, Any]:

@@ -101,8 +101,8 @@ class RankPool:
         if measurement is None:  # the group died before rank 0 reported
             logs = [launch.rank_log(r) for r in range(launch.world_size)]
             measurement = crash(logs, launch.log_path, agent_text, group.proc.returncode)
-        if not measurement.ok or self.isolate or not group.alive:
-            self.close()  # the ranks leave by themselves after a failed or last job
+        if not measurement.keeps_warm or self.isolate or not group.alive:
+            self.close()  # the ranks leave by themselves after a failed, unreleased or last job
         return measurement
 
     def _group_for(self, key: tuple[Any, ...], launch: Launch) -> RankGroup:

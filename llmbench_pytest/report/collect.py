@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..results.liveness import judge_running
 from ..results.schema import RESULT_FILE
 
 SUMMARY_DIR = "summary"
@@ -111,6 +112,16 @@ class Run:
         return any(c.get("name") == "peak_memory" for c in self.failed_checks)
 
     @property
+    def running_note(self) -> str:
+        """For a run left as "running": 'unfinished (last heard of at <time>: <phase>)' when its
+        session is gone, 'still running (last heard of at ...)' when it is alive; else ''."""
+        state = self.data.get("running_state")
+        if self.status not in ("running", "unfinished") or not isinstance(state, Mapping):
+            return ""
+        what = "still running" if self.status == "running" else "unfinished"
+        return f"{what} (last heard of at {state.get('last_heard_at')}: {state.get('last_heard')})"
+
+    @property
     def error_line(self) -> str:
         text = str(self.data.get("error") or "").strip()
         first = text.splitlines()[0] if text else ""
@@ -176,7 +187,22 @@ def read_run(path: Path) -> Run:
         raise ReportError(f"{path}: {what} ({exc.msg} at line {exc.lineno}); left out") from None
     if not isinstance(data, dict) or "strategy" not in data:
         raise ReportError(f"{path}: not an llmbench result (no 'strategy' field); left out")
-    return Run(path, data)
+    return Run(path, judged(path, data))
+
+
+def judged(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """A result as the report reads it: one left as "running" by a session that is gone (killed
+    by SIGKILL, the OOM killer, a time limit) becomes "unfinished", never a run that did not fit;
+    either way `running_state` says when it was last heard of and how that was decided
+    (results/liveness.py)."""
+    if data.get("status") != "running":
+        return data
+    state = judge_running(path, data)
+    status = "running" if state.alive else "unfinished"
+    out = {**data, "status": status, "running_state": state.to_dict()}
+    if data.get("mfu_reason") == "run did not finish (running)":  # the placeholder's (results/build.py)
+        out["mfu_reason"] = f"run did not finish ({status})"
+    return out
 
 
 def load_results(results_dir: Path | str, only: Iterable[Path | str] | None = None) -> Collection:

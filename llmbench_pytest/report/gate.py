@@ -17,6 +17,9 @@ REGRESSION: significant at alpha (default 0.01) AND the change past the bound; i
 the other way; inconclusive: the interval reaches past the bound without that, printed with how
 many runs a side would settle it (fails the gate only with fail_inconclusive). A
 configuration that finished in the baseline and ran out of memory or failed now is a regression.
+A verdict from one run a side's steps alone (the block bootstrap) is blind to run-to-run noise
+and flagged 30% of A/A comparisons on a shared CPU: its line and the verdict line say so, and name
+the cure (repeats on both sides, or a history).
 With a history (gate_history.py), each configuration's last K runs are searched for a change of
 level, which catches a slow drift that no single comparison does.
 
@@ -290,6 +293,7 @@ def gate_session(
         if bounds.history:
             history = load_history(storage, exclude=result_paths)
         outcome = run_gate(load_records(baseline), current, bounds, history)
+        outcome.history_option = f"--llmbench-gate-bounds=history={DEFAULT_HISTORY}"
     except (ReportError, ValueError) as exc:
         return 2, [f"llmbench gate could not compare: {exc}"]
     return outcome.exit_code, [f"baseline: {baseline}", outcome.format()]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tabulate import tabulate
 
 from ..analysis.significance import IMPROVED, INCONCLUSIVE, REGRESSION, STEPS, Estimate
-from ..config.gate_bounds import GateBounds, min_history
+from ..config.gate_bounds import MIN_SPREAD_RUNS, GateBounds, min_history
 from . import fmt
 from .table import colalign
 
@@ -29,6 +29,21 @@ METHODS = (
     "a side: t-test against the run-to-run spread of earlier runs (--history), else a block bootstrap "
     "of its per-step times (step-to-step noise only); one peak a side without history: bound only"
 )
+HISTORY_OPTION = "--history DIR"
+"""How `llmbench gate` is given earlier runs; gate_session names the pytest option instead."""
+STEPS_RISK = "blind to run-to-run noise (on a shared CPU, 30% of A/A comparisons were false alarms)"
+"""Why a block-bootstrap comparison may not hold: docs/reports.md, "Measured: false alarms and
+power" (18 of 60 on a shared 2-core VM, 0 of 165 on a GPU-bound workload)."""
+
+
+def steps_cure(history_option: str = HISTORY_OPTION, history_given: bool = False) -> str:
+    """What puts run-to-run noise into a one-run-a-side comparison."""
+    history = (
+        f"keep {MIN_SPREAD_RUNS} or more earlier runs of each configuration in the history"
+        if history_given
+        else f"pass {history_option}"
+    )
+    return f"rerun both sides with --llmbench-repeat=N (3 or more), or {history}"
 
 
 @dataclass(frozen=True)
@@ -87,7 +102,13 @@ class Change:
             )
         return f"; about {self.repeats_needed} runs a side would settle it (--llmbench-repeat)"
 
-    def line(self) -> str:
+    def caveat(self, cure: str | None = None) -> str:
+        """For a change judged from one run's steps a side: that it may not hold, and the cure."""
+        if self.estimate is None or self.estimate.kind != STEPS:
+            return ""
+        return f"; judged one run a side from its steps alone, {STEPS_RISK}: {cure or steps_cure()}"
+
+    def line(self, cure: str | None = None) -> str:
         what = (
             f"{self.key.label()}: {self.metric} {self._value(self.baseline)} -> {self._value(self.current)}"
         )
@@ -100,7 +121,7 @@ class Change:
             return f"{what} ({fmt.signed_pct(est.change)}; {bound}; {est.method})"
         return (
             f"{what} ({fmt.signed_pct(est.change)}, 95% interval {self.interval()}, p{_eq(self.p())}; "
-            f"{bound}; {est.method}){self.settle()}"
+            f"{bound}; {est.method}){self.settle()}{self.caveat(cure)}"
         )
 
 
@@ -121,6 +142,8 @@ class GateResult:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    history_option: str = HISTORY_OPTION
+    """How the reader gives the gate earlier runs, for the one-run-a-side caveat."""
 
     @property
     def regressions(self) -> list[Change]:
@@ -137,6 +160,14 @@ class GateResult:
     @property
     def compared(self) -> list[RecordKey]:
         return list(dict.fromkeys(c.key for c in self.changes))
+
+    @property
+    def steps_only(self) -> list[RecordKey]:
+        """Configurations judged one run a side from their steps (the block bootstrap)."""
+        return list(dict.fromkeys(c.key for c in self.changes if c.estimate and c.estimate.kind == STEPS))
+
+    def cure(self) -> str:
+        return steps_cure(self.history_option, self.history_source is not None)
 
     @property
     def exit_code(self) -> int:
@@ -227,7 +258,7 @@ class GateResult:
         lines += [f"WARNING: {w}" for w in self.warnings]
         if self.regressions:
             lines += ["", f"{len(self.regressions)} regression(s):"]
-            lines += [f"  REGRESSION {c.line()}" for c in self.regressions]
+            lines += [f"  REGRESSION {c.line(self.cure())}" for c in self.regressions]
         if self.inconclusive:
             fails = "fail the gate" if self.bounds.fail_inconclusive else "not failed"
             lines += [
@@ -235,18 +266,9 @@ class GateResult:
                 f"{len(self.inconclusive)} inconclusive change(s), the interval reaching past the bound "
                 f"({fails}):",
             ]
-            lines += [f"  inconclusive {c.line()}" for c in self.inconclusive]
+            lines += [f"  inconclusive {c.line(self.cure())}" for c in self.inconclusive]
         if self.changes:
             lines += ["", self._table()]
-        single = sum(
-            1 for c in self.changes if c.estimate and c.estimate.kind == STEPS and c.metric == "step time"
-        )
-        if single:
-            lines.append(
-                f"{single} configuration(s) compared one run against one: their intervals hold the noise "
-                "between steps, not between runs. Repeat the runs (--llmbench-repeat=3) on both sides, or "
-                "pass a history of earlier runs, for intervals that do."
-            )
         lines += self._history_lines()
         if self.missing:
             lines += ["", f"In the baseline but not in the current run ({len(self.missing)}): not compared:"]
@@ -278,6 +300,11 @@ class GateResult:
                 parts.append(f"no regression against the baseline in {n} configuration(s); {inconclusive}")
             else:
                 parts.append(f"{n} configuration(s) compared, {inconclusive}")
+            if self.steps_only:
+                parts.append(
+                    f"{len(self.steps_only)} of {n} configuration(s) judged one run a side from their steps "
+                    f"alone, {STEPS_RISK}: {self.cure()}"
+                )
         if self.history_source is not None:
             keys = len({h.key for h in self.history})
             parts.append(f"history of {keys} configuration(s): {len(self.history_regressions)} regression(s)")

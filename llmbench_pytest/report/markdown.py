@@ -84,7 +84,7 @@ def _at_a_glance(recs: Sequence[Recommendation]) -> list[str]:
         rows.append(
             [
                 rec.title,
-                f.strategy if f else "none fits",
+                f.strategy if f else ("none fits" if rec.not_fitting else "none finished"),
                 fmt.tokens(f.tokens_per_sec) if f else fmt.NA,
                 f"{fmt.gb(f.memory_gb)} GB" if f and f.memory_gb is not None else fmt.NA,
                 trade,
@@ -192,11 +192,22 @@ def _unfinished(runs: Sequence[Run]) -> list[str]:
     for r in runs:
         if r.status == "ok":
             continue
-        what = "never finished (left as 'running': killed?)" if r.status == "running" else r.status
+        if r.running_note:
+            # a "running" result: its session is alive, or was killed and left it (results/liveness.py)
+            state = r.data.get("running_state") or {}
+            lines.append(f"- `{r.name}`: **{r.running_note}**; {state.get('why')}")
+            continue
         ranks = r.data.get("failed_ranks") or []
         where = f" on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}" if ranks else ""
-        lines.append(f"- `{r.name}`: **{what}**{where}" + (f": {r.error_line}" if r.error_line else ""))
-    out = ["", "## Runs that did not finish (OOM, error, interrupted)", ""]
+        lines.append(f"- `{r.name}`: **{r.status}**{where}" + (f": {r.error_line}" if r.error_line else ""))
+    out = ["", "## Runs that did not finish (OOM, error, interrupted, unfinished)", ""]
+    if any(r.status == "unfinished" for r in runs):
+        out += [
+            "*Unfinished*: the session that ran it ended without a word (SIGKILL, the OOM killer, a "
+            "scheduler's time limit), so nothing says how it would have gone; it is no verdict on "
+            "memory. Run the configuration again.",
+            "",
+        ]
     return out + (_capped(lines, "runs") if lines else ["Every run finished."])
 
 

@@ -79,7 +79,14 @@ class Recommendation:
 
     @property
     def not_fitting(self) -> list[Config]:
-        return [c for c in self.configs if not c.fits]
+        """Ran out of memory, or went over the memory limit, in some run."""
+        return [c for c in self.configs if not c.fits and _out_of_memory(c)]
+
+    @property
+    def not_finished(self) -> list[Config]:
+        """No run finished, and none ran out of memory: an error, an interruption, a run still in
+        progress or one whose session was killed (unfinished). Not a verdict on memory."""
+        return [c for c in self.configs if not c.fits and not _out_of_memory(c)]
 
     def sentences(self) -> list[str]:
         out: list[str] = []
@@ -88,8 +95,10 @@ class Recommendation:
                 "CPU smoke: this ranking shows which code paths ran, not which strategy is faster on a GPU."
             )
         f, m = self.fastest, self.frugal
-        if f is None:
+        if f is None and self.not_fitting:
             out.append("No configuration finished within the memory limit, so none can be recommended.")
+        elif f is None:
+            out.append("No configuration finished, so none can be recommended.")
         else:
             mem = (
                 f"{fmt.gb(f.memory_gb)} GB peak {f.memory_kind}" if f.memory_gb is not None else "memory n/a"
@@ -114,10 +123,15 @@ class Recommendation:
                     f"{fmt.pct(saving, 0)} less than {f.strategy}, for {fmt.pct(cost, 0)} less throughput "
                     f"({fmt.tokens(m.tokens_per_sec)} tokens/s)."
                 )
-        bad = self.not_fitting
-        if bad:
-            out.append("Did not fit or did not finish: " + ", ".join(_why_not(c) for c in bad) + ".")
+        if self.not_fitting:
+            out.append("Did not fit: " + ", ".join(_why_not(c) for c in self.not_fitting) + ".")
+        if self.not_finished:
+            out.append("Did not finish: " + ", ".join(_why_not(c) for c in self.not_finished) + ".")
         return out
+
+
+def _out_of_memory(c: Config) -> bool:
+    return any(r.status == "oom" or r.memory_check_failed for r in c.runs)
 
 
 def _why_not(c: Config) -> str:
@@ -130,7 +144,8 @@ def _why_not(c: Config) -> str:
         if measured is not None and limit is not None:
             return f"{c.strategy} (over the memory limit: {measured:.1f} > {limit:.1f} GB)"
         return f"{c.strategy} (over the memory limit)"
-    return f"{c.strategy} ({c.status})"
+    notes = [r.running_note for r in c.runs if r.running_note]
+    return f"{c.strategy} ({notes[-1] if notes else c.status})"
 
 
 def _leaner_alternative(c: Config, others: list[Config], rules: PatternRules) -> Config | None:

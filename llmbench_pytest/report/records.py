@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..analysis.stats import mean_of, relative_spread
-from .collect import ReportError, commits_of, find_result_files, load_results
+from .collect import ReportError, commits_of, find_result_files, judged, load_results
 
 
 class RecordKey(NamedTuple):
@@ -434,7 +434,7 @@ def load_records(path: Path | str) -> RecordSet:
     if isinstance(data, dict) and "benchmarks" in data:
         return _from_benchmark_json(p, data)
     if isinstance(data, dict) and "strategy" in data:
-        return RecordSet(p, "results", [record_from_result(data, str(p))])
+        return RecordSet(p, "results", [record_from_result(judged(p, data), str(p))])
     raise ReportError(
         f"{p}: neither an llmbench result.json (no 'strategy') nor a pytest-benchmark file (no 'benchmarks')"
     )

@@ -203,14 +203,40 @@ def _memory(spec: RunSpec, m: Measurement) -> dict[str, Any]:
     )
     measured = _gb(_max_rank(m.per_rank, "census_bytes"))
     gap = memory_model.gap(measured, predicted)
+    host_predicted = memory_model.predicted_host_gb(
+        spec.strategy, spec.offload, spec.world_size, spec.dtype, m.model.get("params"),
+        inflight=memory_model.InFlight.of(m.model, m.strategy), device=m.env.get("device", spec.device),
+    )  # fmt: skip
+    host = _gb(_max_rank(m.per_rank, "census_host_bytes"))
     return {
         "peak_reserved_gb": _gb(_max_rank(m.per_rank, "peak_reserved_bytes")),
         "peak_host_rss_gb": _gb(_max_rank(m.per_rank, "peak_rss_bytes")),
         "model_state_gb": measured,
-        "model_state_host_gb": _gb(_max_rank(m.per_rank, "census_host_bytes")),
+        "model_state_host_gb": host,
+        # a warm rank starts its window where a fresh one does; what a run left behind is named
+        "window_start_allocated_gb": _gb(_max_rank(m.per_rank, "window_start_allocated_bytes")),
+        "leftover_after_run": _worst_leftover(m.per_rank),
         "model_state_predicted_gb": predicted,
         "model_state_gap": gap,
+        # what offload keeps in host memory, predicted beside the census's host share
+        "model_state_host_predicted_gb": host_predicted,
+        "model_state_host_gap": memory_model.gap(host, host_predicted),
         "model_state_flag": _gap_flag(measured, predicted, gap),
+    }
+
+
+def _worst_leftover(per_rank: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rank that kept the most after its teardown: GB beyond a fresh rank, the limit, and the
+    largest tensors it still held (worker/memory.leftover)."""
+    left = [r["leftover"] for r in per_rank if r.get("leftover")]
+    if not left:
+        return None
+    worst = max(left, key=lambda x: x["bytes"])
+    return {
+        "gb": _gb(worst["bytes"]),
+        "limit_gb": _gb(worst.get("limit_bytes")),
+        "within_limit": worst["bytes"] <= worst.get("limit_bytes", float("inf")),
+        "tensors": worst["tensors"],
     }
 
 
@@ -468,6 +494,8 @@ def _rank_view(r: dict[str, Any]) -> dict[str, Any]:
         "peak_host_rss_gb": _gb(r.get("peak_rss_bytes")),
         "device_total_gb": _gb(r.get("device_total_bytes")),
         "alloc_retries": r.get("alloc_retries"),
+        "window_start_allocated_gb": _gb(r.get("window_start_allocated_bytes")),
+        "leftover_gb": _gb((r.get("leftover") or {}).get("bytes")),
         "h2d_link_gbps": r.get("h2d_link_gbps"),
         "gpu_monitor": r.get("gpu_monitor"),
         "profile": r.get("trace"),

@@ -44,5 +44,12 @@ class Measurement:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    @property
+    def keeps_warm(self) -> bool:
+        """Whether the ranks may serve the next configuration: the run ended ok and every rank
+        handed back what it held (worker/memory.leftover within its limit)."""
+        left = [r.get("leftover") or {} for r in self.per_rank]
+        return self.ok and all(x.get("bytes", 0) <= x.get("limit_bytes", float("inf")) for x in left)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

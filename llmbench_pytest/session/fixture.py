@@ -25,6 +25,7 @@ from ..config.datasets import with_epoch_steps
 from ..config.presets import tiers
 from ..launch import batch_search
 from ..launch.launcher import Launch
+from ..results import liveness
 from ..results.build import build_result, now_iso, placeholder
 from ..results.schema import RunResult
 from ..results.storage import RunPaths, claim_run_paths, write_json_atomic
@@ -133,7 +134,10 @@ class LlmbenchFixture:
         if self.writer:
             paths = claim_run_paths(self.session.results_dir, spec)
             self.session.result_paths.append(paths.result)
-            write_json_atomic(paths.result, placeholder(spec, "running", meta))
+            running = placeholder(spec, "running", meta)
+            # who will finish it: a report tells a run in progress from one a killed session left
+            running["metadata"]["session"] = liveness.this_session()
+            write_json_atomic(paths.result, running)
         log.info("%s (run %d of %d): %s", self.request.node.nodeid, index, count, spec.to_dict())
         try:
             measurement = self._measure(paths, meta, spec, self.session.progress.on_progress)
@@ -152,6 +156,8 @@ class LlmbenchFixture:
     def train(self) -> RunResult:
         """Train this test's configuration (--llmbench-repeat times); record it; fail if a run failed."""
         __tracebackhide__ = True  # a failed run points at the test's line, not at this helper
+        if self.session.refusal:
+            pytest.fail(self.session.refusal, pytrace=False)
         nodeid = self.request.node.nodeid
         self.session.progress.config_started(nodeid, self.spec)
         try:
@@ -285,20 +291,31 @@ class LlmbenchFixture:
         unknown = [c for c in wanted if c not in checks.CHECKS]
         if unknown:
             raise ValueError(f"unknown check(s) {unknown}; choose from {', '.join(checks.CHECKS)}")
+        # a timing bound passed on the command line is applied on CPU too (checks/smoke.py)
+        given = set(opts.explicit)
         run = {
             "memory": lambda: checks.check_memory(data, *self._memory_limit()),
             "model_states": lambda: checks.check_model_states(data),
             "step_time_cv": lambda: checks.check_step_time_cv(data, opts.max_cv),
-            "mean_interval": lambda: checks.check_mean_interval(data, opts.max_interval),
+            "mean_interval": lambda: checks.check_mean_interval(
+                data, opts.max_interval, explicit="max_interval" in given
+            ),
             "loss_falls": lambda: checks.check_loss_falls(data),
             "sharding": lambda: checks.check_sharding(data, self.session.peers(data)),
             "scaling": lambda: checks.check_scaling(
-                data, self.session.scaling_baseline(data), opts.min_scaling
+                data, self.session.scaling_baseline(data), opts.min_scaling, explicit="min_scaling" in given
             ),
             "repeat_spread": lambda: checks.check_repeat_spread(data, opts.max_repeat_spread),
             "timing": lambda: checks.check_timing(data),
         }
         outcomes = [run[name]() for name in wanted]
+        smoke_verdicts = [o.name for o in outcomes if o.passed is not None and checks.CPU_CAVEAT in o.message]
+        if smoke_verdicts:  # in pytest's output whether they passed or failed
+            self.request.node.warn(
+                LlmbenchWarning(
+                    f"{self.spec.name}: {', '.join(smoke_verdicts)} judged on CPU: {checks.CPU_CAVEAT}"
+                )
+            )
         data["checks"] = [o.to_dict() for o in outcomes]
         if self.writer and result.paths is not None:
             write_json_atomic(result.paths.result, data)

@@ -46,6 +46,9 @@ class LlmbenchSession:
         """(gw<i>, workers) of a pytest-xdist worker that has not claimed its devices yet."""
         self.progress: Progress | Quiet = Quiet()
         """The progress display (session/progress.py), chosen when collection has finished."""
+        self.refusal: str | None = None
+        """Why no benchmark may train in this pytest-xdist worker (another process holds its GPUs:
+        plugin._look_at_gpus); each fails at once with it."""
 
     @property
     def world_size(self) -> int:

@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..analysis.stats import mean_interval
+from ..analysis.stats import mean_interval, t_quantile
 from .dist import gather_steps
 from .progress import note
 
@@ -43,6 +43,9 @@ class StopRule:
     @classmethod
     def of(cls, spec: RunSpec) -> StopRule:
         adaptive = spec.min_steps > 0
+        # the interval's t quantile loads scipy at its first use: here, before the window opens,
+        # not at the first check point inside it
+        t_quantile(0.975, 10)
         low = spec.min_steps if adaptive else spec.steps
         # a check point every few steps: often enough to stop soon after the target is reached,
         # rarely enough that the all-gathers cost nothing next to the steps

@@ -13,6 +13,9 @@ LLMBENCH_INJECT_FAULT="<strategy>:<kind>[:<rank>]" (all ranks when the rank is o
   first: an erratic rank, whose steps vary so much that a short run's mean is not known;
 - teardown: the run trains and measures, then releasing its memory raises: the figures are kept
   in the failed run's per-rank records, and its warm group ends;
+- retain=MB: the run's teardown keeps a reference to MB megabytes of tensor on the run's device
+  (in this module's globals) past the run: memory a warm rank fails to hand back, as a cache or a
+  forgotten reference would keep it;
 - stage=N: DeepSpeed runs that strategy at ZeRO stage N (zero2:stage=1 is a ZeRO-2 that does not
   partition its gradients): a strategy whose state is not sharded as its name says.
 
@@ -36,10 +39,12 @@ if TYPE_CHECKING:
     from ..config.spec import RunSpec
 
 ENV = "LLMBENCH_INJECT_FAULT"
-KINDS = ("oom", "error", "hang", "exit", "kill", "slow", "jitter", "stage", "teardown")
+KINDS = ("oom", "error", "hang", "exit", "kill", "slow", "jitter", "stage", "teardown", "retain")
 _runs: dict[str, int] = {}
 """Runs of each strategy this process has started measuring (for slow=S@RUN)."""
 _slow_hook: list[torch.utils.hooks.RemovableHandle] = []
+_retained: list[torch.Tensor] = []
+"""What retain=MB keeps past its run."""
 
 
 def _parse(spec: RunSpec, rank: int) -> tuple[str, str] | None:
@@ -64,11 +69,13 @@ def zero_stage(spec: RunSpec, stage: int) -> int:
     return int(fault[1])
 
 
-def teardown_fault(spec: RunSpec, rank: int) -> None:
+def teardown_fault(spec: RunSpec, rank: int, device: torch.device) -> None:
     """Called before a run's memory is released."""
     fault = _parse(spec, rank)
     if fault is not None and fault[0] == "teardown":
         raise RuntimeError(f"injected teardown failure ({ENV}={os.environ[ENV]})")
+    if fault is not None and fault[0] == "retain":
+        _retained.append(torch.ones(int(float(fault[1]) * 2**20) // 4, device=device))
 
 
 def maybe_inject(spec: RunSpec, rank: int) -> None:

@@ -229,7 +229,8 @@ def timed_loop(
         window.clock.end()
         step_losses.append(loss)
         # the launcher's heartbeat (written at most once a second); costs microseconds
-        log.debug("step %d/%d", i + 1, rule.cap, extra={"progress": {"phase": "measuring", "step": i + 1}})
+        beat = {"phase": "measuring", "step": i + 1, "steps": rule.cap}
+        log.debug("step %d/%d", i + 1, rule.cap, extra={"progress": beat})
         if rule.checks_at(i + 1) and check_point(ctx, window.clock, rule, i + 1, spec.tokens_per_step, log):
             stopped = PRECISION
             break

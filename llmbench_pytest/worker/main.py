@@ -8,10 +8,11 @@ per group; between configurations run_benchmark tears the last one down (worker/
 
 For each job a rank sends its own stdout and stderr, C++ and NCCL output included, to
 rank<k>.log in that configuration's result directory, beats a progress file there, trains, and
-rank 0 writes measurement.json. A run that did not end ok (out of memory, an error) ends the
-group: the process may hold state no teardown repairs, and the next configuration gets fresh
-ranks. A job marked "last" (--llmbench-isolate, or the session's end) ends it too. Anything that
-escapes is recorded by torchrun's error handler, whose summary the launcher reads.
+rank 0 writes measurement.json. A run that did not end ok (out of memory, an error), or whose
+teardown left memory behind (worker/memory.leftover), ends the group: the process may hold state
+no teardown repairs, and the next configuration gets fresh ranks. A job marked "last"
+(--llmbench-isolate, or the session's end) ends it too. Anything that escapes is recorded by
+torchrun's error handler, whose summary the launcher reads.
 
 The ranks die with the launcher: torchrun's agent is started with a parent-death signal, and each
 rank sets one on itself, so a SIGKILLed pytest (the OOM killer, a CI hard kill) takes its ranks and
@@ -111,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             note(log, logging.INFO, {"phase": "done"}, "done: %s", measurement.status)
         finally:
             log.removeHandler(beat)
-        if not measurement.ok or job.get("last"):
-            break
+        if not measurement.keeps_warm or job.get("last"):
+            break  # failed, or kept memory a fresh rank would not hold: the next job gets fresh ranks
     if job is None:
         return 1  # the launcher is gone: nobody waits for a clean exit, or for the peers
     if ctx is not None:

@@ -15,13 +15,17 @@
   process reset it, so it too covers only the measured steps.
 - Between runs in one process (warm ranks, in-rank and in-process sessions) `release` hands back
   what the last run held and resets the statistics, so each run's numbers read as if fresh.
+  `leftover` then checks it: what the process still holds beyond what it held before its first
+  run (device memory on a GPU, live tensors on a CPU), and which live tensors make it up.
 """
 
 from __future__ import annotations
 
 import ctypes
 import gc
-from dataclasses import dataclass
+import os
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,11 +146,14 @@ class PeakMemory:
     device: torch.device
     rss_reset: bool = False
     """Whether the CPU peak was reset at the window start (else it covers the process's life)."""
+    window_start_allocated: int | None = None
+    """Device memory allocated when the window started: a warm rank's equals a fresh rank's."""
 
     def reset(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+            self.window_start_allocated = torch.cuda.memory_allocated(self.device)
         try:
             _CLEAR_REFS.write_text("5")  # "5" resets the peak RSS (VmHWM) to the current RSS
             self.rss_reset = True
@@ -160,7 +167,135 @@ class PeakMemory:
             out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(self.device)
             out["device_total_bytes"] = torch.cuda.get_device_properties(self.device).total_memory
             out["alloc_retries"] = torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0)
+            out["window_start_allocated_bytes"] = self.window_start_allocated
         return out
+
+
+LEFTOVER_LIMIT_BYTES = 64 << 20
+"""What a warm rank may hold after a run beyond a fresh rank's level: more, and the next run's
+memory figures would not read as a fresh process's (the group then ends: worker/main.py)."""
+
+
+@dataclass
+class FreshLevel:
+    """What this process held before its first run: the level every later run must return to."""
+
+    device_bytes: int
+    """Allocated device memory on a GPU; on a CPU the bytes of live tensors (the census)."""
+    tensor_ids: set[int] = field(default_factory=set)
+
+
+_FRESH: dict[str, FreshLevel] = {}
+
+
+HISTORY_ENV = "LLMBENCH_MEMORY_HISTORY"
+"""Set (to any value) on a GPU: the CUDA allocator records where each block was allocated, and a
+run that leaves device memory behind names the Python lines that allocated it (slower steps)."""
+
+
+def fresh_level(device: torch.device) -> FreshLevel:
+    """This process's level before its first run on `device` (taken at the first call)."""
+    if device.type not in _FRESH:
+        if device.type == "cuda" and os.environ.get(HISTORY_ENV):
+            torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
+        gc.collect()
+        _FRESH[device.type] = FreshLevel(_held_bytes(device), {id(t) for t in _live_tensors(device.type)})
+    return _FRESH[device.type]
+
+
+def _held_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        return torch.cuda.memory_allocated(device)
+    return census_bytes().get(device.type, 0)
+
+
+def _live_tensors(device_type: str) -> list[torch.Tensor]:
+    return [
+        obj
+        for obj in gc.get_objects()
+        if issubclass(type(obj), torch.Tensor) and _device_type(obj) == device_type
+    ]
+
+
+def _device_type(t: torch.Tensor) -> str | None:
+    try:
+        return t.device.type
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def leftover(device: torch.device, fresh: FreshLevel, named: int = 5) -> dict[str, Any]:
+    """After `release`: the bytes held beyond the fresh level, and the largest live tensors that
+    were not alive then, each with what holds it ("Parameter 4096x2048 bfloat16, 16.0 MiB, held
+    by: dict of llmbench_pytest.worker.faults"). Memory no Python tensor accounts for (a library's
+    C++ buffers) shows in the bytes but names nothing."""
+    gc.collect()
+    extra = max(0, _held_bytes(device) - fresh.device_bytes)
+    tensors = [t for t in _live_tensors(device.type) if id(t) not in fresh.tensor_ids]
+    sizes = {}
+    for t in tensors:
+        seen: set[int] = set()
+        size: dict[str, int] = {}
+        _count(t, seen, size)
+        sizes[id(t)] = size.get(device.type, 0)
+    tensors.sort(key=lambda t: sizes[id(t)], reverse=True)
+    top = tensors[:named]
+    names = [_describe(t, sizes[id(t)], {id(tensors), id(top)}) for t in top if sizes[id(t)] > 0]
+    out: dict[str, Any] = {"bytes": extra, "tensors": names}
+    if device.type == "cuda" and os.environ.get(HISTORY_ENV):
+        out["allocated_at"] = _allocation_sites(named)
+    return out
+
+
+def _allocation_sites(named: int) -> list[str]:
+    """The Python lines that allocated the device blocks still live, largest total first (from the
+    allocator's history: HISTORY_ENV)."""
+    sites: dict[str, int] = {}
+    for segment in torch.cuda.memory._snapshot()["segments"]:
+        for block in segment["blocks"]:
+            if block["state"] != "active_allocated":
+                continue
+            frames = [f for f in block.get("frames", []) if f.get("filename", "").endswith(".py")]
+            where = " < ".join(f"{Path(f['filename']).name}:{f['line']} {f['name']}" for f in frames[:4])
+            sites[where or "no Python frame"] = sites.get(where or "no Python frame", 0) + block["size"]
+    ranked = sorted(sites.items(), key=lambda kv: kv[1], reverse=True)[:named]
+    return [f"{size / 2**20:.1f} MiB at {where}" for where, size in ranked]
+
+
+def _describe(t: torch.Tensor, nbytes: int, mine: set[int]) -> str:
+    shape = "x".join(map(str, t.shape)) or "scalar"
+    dtype = str(t.dtype).removeprefix("torch.")
+    return f"{type(t).__name__} {shape} {dtype}, {nbytes / 2**20:.1f} MiB, held by: {_holders(t, mine)}"
+
+
+def _holders(t: torch.Tensor, mine: set[int]) -> str:
+    """What refers to `t`, named by what owns it, two levels up at most: a module's globals by the
+    module ("list in globals of llmbench_pytest.worker.faults"), an object's attributes by its
+    class ("dict in attributes of torch.nn.modules.linear.Linear"), else the container's type."""
+    modules = {id(vars(m)): name for name, m in list(sys.modules.items()) if m is not None}
+    mine = mine | {id(sys._getframe())}
+    out = set()
+    for ref in gc.get_referrers(t):
+        if id(ref) in mine or type(ref).__name__ == "frame":
+            continue  # this module's own lists and frames
+        owner = _owner(ref, modules, mine)
+        if owner is None:
+            parents = [_owner(r, modules, mine) for r in gc.get_referrers(ref) if id(r) not in mine]
+            named = sorted({p for p in parents if p})
+            owner = f"{type(ref).__name__} in {named[0]}" if named else type(ref).__name__
+        out.add(owner)
+    return ", ".join(sorted(out)[:4]) or "nothing Python can see (C++ or a cycle's garbage)"
+
+
+def _owner(ref: Any, modules: dict[int, str], mine: set[int]) -> str | None:
+    if isinstance(ref, dict) and id(ref) in modules:
+        return f"globals of {modules[id(ref)]}"
+    if isinstance(ref, dict):
+        for o in gc.get_referrers(ref):
+            if id(o) not in mine and getattr(o, "__dict__", None) is ref:
+                return f"attributes of {type(o).__module__}.{type(o).__qualname__}"
+    return None
 
 
 def release(device: torch.device, compiled: bool = False) -> None:
@@ -177,6 +312,11 @@ def release(device: torch.device, compiled: bool = False) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+        # cuBLAS keeps a workspace per handle and stream (tens of MiB) allocated for good; a fresh
+        # process has none until its first matmul, and neither should the next run
+        clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear_workspaces is not None:
+            clear_workspaces()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
         torch.cuda.reset_accumulated_memory_stats(device)

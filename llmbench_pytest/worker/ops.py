@@ -94,6 +94,39 @@ def prepare_ops(spec: RunSpec, device: torch.device, log: logging.Logger) -> dic
     return out
 
 
+BUILDERS = {"shm_comm": "ShareMemCommBuilder", "cpu_adam": "CPUAdamBuilder", "async_io": "AsyncIOBuilder"}
+"""The ops `llmbench ops` builds ahead of time, by the names users know them by."""
+
+
+def default_ahead(device_type: str, nvme: bool) -> list[str]:
+    """What a machine's sessions load: on a CPU the shared-memory all-reduce (every DeepSpeed run)
+    and CPU Adam (offload); on a GPU CPU Adam, and async I/O where zero3_nvme will run."""
+    names = ["shm_comm", "cpu_adam"] if device_type == "cpu" else ["cpu_adam"]
+    return [*names, "async_io"] if nvme else names
+
+
+def build_ahead(names: list[str], device_type: str, log: logging.Logger) -> dict[str, Any]:
+    """Build (or find built) the named ops where sessions will look for them, before any session:
+    {name: {sec, compiled, dir}, or {error} for an op that cannot be built here}."""
+    os.environ.setdefault("DS_ACCELERATOR", device_type)
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    out: dict[str, Any] = {}
+    for name in names:
+        builder = get_accelerator().create_op_builder(BUILDERS[name])
+        if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+            out[name] = {"error": f"DeepSpeed cannot build {builder.NAME if builder else name} here"}
+            continue
+        log.info(
+            "DeepSpeed op %s: loading it from %s, building it if it is not there",
+            builder.NAME,
+            extensions_root(),
+        )
+        out[name] = load_op(builder, extensions_root() / builder.NAME, log)
+    return out
+
+
 def load_op(builder: Any, build_dir: Path, log: logging.Logger) -> dict[str, Any]:
     build_dir.mkdir(parents=True, exist_ok=True)
     before = _newest_library(build_dir)

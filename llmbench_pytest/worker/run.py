@@ -28,11 +28,18 @@ from ..config.presets import resolve_model
 from ..results.measurement import Measurement
 from . import env_info
 from .data import rank_batches
-from .dist import DistContext, all_gather_object, max_over_ranks, mean_over_ranks, renew_steps_group
+from .dist import (
+    DistContext,
+    all_gather_object,
+    flush_device_collectives,
+    max_over_ranks,
+    mean_over_ranks,
+    renew_steps_group,
+)
 from .epoch_loop import epoch_loop
 from .faults import teardown_fault
 from .loop import LoopSamples, extra_steps, timed_loop
-from .memory import release
+from .memory import LEFTOVER_LIMIT_BYTES, FreshLevel, fresh_level, leftover, release
 from .models import build_model
 from .ops import prepare_ops
 from .probes import h2d_link_gbps
@@ -89,6 +96,7 @@ def run_benchmark(
     held: dict[str, Any] = {}  # model, strategy, data: dropped in one place before memory is released
     samples: LoopSamples | None = None
     status, error = "ok", None
+    fresh = fresh_level(ctx.device)  # before this process's first run: what every run returns to
     try:
         samples = _train(spec, ctx, log, trace_dir, phases, ops, held)
     except Exception as exc:
@@ -108,13 +116,23 @@ def run_benchmark(
             if status == "ok":
                 status, error = "error", f"rank {ctx.rank}: teardown failed: {_describe_error(exc)}"
             del exc
+        try:
+            flush_device_collectives(ctx)  # every rank, whatever its teardown did: it is a collective
+        except Exception as exc:  # a communicator a failed run broke: the group ends, as above
+            log.error("%s: teardown failed: %s", spec.name, _describe_error(exc))
+            if status == "ok":
+                status, error = "error", f"rank {ctx.rank}: teardown failed: {_describe_error(exc)}"
+            del exc
+    left = (
+        _check_leftover(spec, ctx, log, fresh) if status != "error" or "teardown" not in str(error) else None
+    )
     setup = ("build_sec", "wrap_sec", "data_sec", "probe_sec")
     setup_s = sum(phases[k] for k in setup) if all(k in phases for k in setup) else None
     timing = {"phases": phases, "ops": ops or None}
     if samples is not None:
         phases.update(warmup_sec=samples.warmup_s, after_window_sec=samples.after_s)
         timing.update(measurement=samples.plan, stopped=samples.stopped)
-    extras = {"h2d_link_gbps": held.get("link")}
+    extras = {"h2d_link_gbps": held.get("link"), "leftover": left}
     measurement = combine(
         spec, ctx, status, error, samples, held.get("summary", {}), held.get("strategy_info", {}),
         setup_s, repo_dir, extras, timing,
@@ -180,8 +198,30 @@ def _teardown(spec: RunSpec, ctx: DistContext, log: logging.Logger, held: dict[s
     for key in ("built", "data"):
         held.pop(key, None)
     strategy = None
-    teardown_fault(spec, ctx.rank)
+    teardown_fault(spec, ctx.rank, ctx.device)
     release(ctx.device, compiled=spec.compile)
+
+
+def _check_leftover(
+    spec: RunSpec, ctx: DistContext, log: logging.Logger, fresh: FreshLevel
+) -> dict[str, Any]:
+    """What this process still holds after the teardown, beyond what it held before its first run.
+    Beyond LEFTOVER_LIMIT_BYTES the next run's memory figures would not be a fresh process's: the
+    tensors are named in the log and result.json, and the warm group ends after this run."""
+    left = leftover(ctx.device, fresh)
+    left["limit_bytes"] = LEFTOVER_LIMIT_BYTES
+    if left["bytes"] > LEFTOVER_LIMIT_BYTES:
+        what = "of device memory" if ctx.device.type == "cuda" else "in tensors"
+        named = "; ".join(left["tensors"]) or "none that Python holds"
+        if left.get("allocated_at"):
+            named += ". Allocated at: " + "; ".join(left["allocated_at"])
+        log.warning(
+            "%s left %.1f MiB %s behind after its teardown (a fresh rank holds %.1f MiB; at most %d MiB "
+            "may stay): this group ends after this run. Largest tensors left: %s",
+            spec.name, left["bytes"] / 2**20, what, fresh.device_bytes / 2**20,
+            LEFTOVER_LIMIT_BYTES >> 20, named,
+        )  # fmt: skip
+    return left
 
 
 def combine(

@@ -9,8 +9,16 @@ ranks (the default: one torchrun group serves every configuration of a world siz
 machine hits both. Then, per configuration, compares the medians over rounds of tokens/s (within
 1%), peak allocated and peak reserved GPU memory (within 2%), and the measured model states
 (exactly). Prints a table and a verdict line per figure, writes the figures as JSON beside the
-results; exit status 1 when a figure is outside its bound. Issue 14's evidence that warm ranks
-read as if fresh.
+results; exit status 1 when a figure is outside its bound: the evidence that warm ranks read as
+if fresh. A SIGINT or SIGTERM to this tool ends the session running (pytest and its
+ranks) and the tool.
+
+Where one call cannot hold both halves (a device call has a time limit), run them apart into one
+--out and compare at the end; the isolated half may be split by strategy too:
+
+    python tools/gpu/warm_vs_isolated.py --rounds 1 --only warm --out DIR
+    python tools/gpu/warm_vs_isolated.py --rounds 1 --only isolated --out DIR -- --llmbench-strategies=ddp
+    python tools/gpu/warm_vs_isolated.py --rounds 1 --compare-only --out DIR
 """
 
 from __future__ import annotations
@@ -18,10 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _child import run_session
 
 DEFAULT = ["--llmbench-strategies=ddp,fsdp,zero2,zero3,zero2_offload"]
 BOUNDS = {"tokens_per_sec": 0.01, "peak_vram_gb": 0.02, "peak_reserved_gb": 0.02, "model_state_gb": 0.0}
@@ -34,7 +45,7 @@ def run(mode: str, out: Path, extra: list[str]) -> int:
     if mode.startswith("isolated"):
         cmd.append("--llmbench-isolate")
     print("$", " ".join(cmd), flush=True)
-    return subprocess.run(cmd, check=False).returncode
+    return run_session(cmd).returncode
 
 
 def figures(folder: Path) -> dict[str, dict[str, Any]]:
@@ -73,14 +84,22 @@ def main() -> int:
     )
     parser.add_argument("--rounds", type=int, default=2, help="warm and isolated sessions each (2)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/llmbench/warm_vs_isolated"))
+    parser.add_argument("--only", choices=("warm", "isolated"), help="run only this half's sessions")
+    parser.add_argument(
+        "--compare-only", action="store_true", help="run nothing: compare the sessions already in --out"
+    )
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then options for both sessions")
     args = parser.parse_args()
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     extra = extra or DEFAULT
-    for r in range(args.rounds):
+    codes = [0]
+    for r in range(0 if args.compare_only else args.rounds):
         order = ("warm", "isolated") if r % 2 == 0 else ("isolated", "warm")
         for mode in order:
-            run(f"{mode}{r}", args.out, extra)
+            if args.only in (None, mode):
+                codes.append(run(f"{mode}{r}", args.out, extra))
+    if args.only:
+        return max(codes)  # pytest's own status: a failed check in this half shows here
     rows, ok = compare(args.out, args.rounds)
     for row in rows:
         cells = [row["config"]]

@@ -1,0 +1,91 @@
+"""Every package the code imports is declared in pyproject.toml, where its users get it.
+
+A package that reaches the environment only through another one (numpy through torch, yaml
+through transformers) works until that other package drops it, or until someone installs only
+what we declare. The package's imports must be among `dependencies` (or an optional extra that only
+the runs asking for it import); the tests' and tools' imports among `dependencies` plus the `test`
+extra.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata as md
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OWN = {"llmbench_pytest", "fixtures"} | {
+    p.stem for folder in ("tests", "tools", "tools/gpu") for p in (REPO / folder).glob("*.py")
+}
+"""Our own modules: the package, its presets folder, and the tests and tools importing each other."""
+
+
+def _requirement_names(reqs: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower().replace("_", "-") for r in reqs}
+
+
+def _declared() -> tuple[set[str], dict[str, set[str]]]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = {k: _requirement_names(v) for k, v in project["optional-dependencies"].items()}
+    return _requirement_names(project["dependencies"]), extras
+
+
+def _imports(paths: list[Path]) -> dict[str, set[str]]:
+    """Top-level third-party modules -> the files that import them."""
+    found: dict[str, set[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in OWN:
+                    found.setdefault(top, set()).add(str(path.relative_to(REPO)))
+    return found
+
+
+def _distributions(module: str) -> set[str]:
+    """The distributions that provide `module`; for one not installed here (the GPU extras on a
+    CPU machine), the distribution of the same name."""
+    found = md.packages_distributions().get(module) or [module]
+    return {d.lower().replace("_", "-") for d in found}
+
+
+def _undeclared(paths: list[Path], allowed: set[str]) -> dict[str, set[str]]:
+    missing = {}
+    for module, files in _imports(paths).items():
+        dists = _distributions(module)
+        if not dists & allowed:
+            missing[f"{module} ({', '.join(sorted(dists))})"] = files
+    return missing
+
+
+def test_the_package_declares_what_it_imports():
+    deps, extras = _declared()
+    optional = extras["gpu"] | extras["fp8"]  # imported only where a run asks for them, skipped without
+    paths = [*(REPO / "llmbench_pytest").rglob("*.py"), *(REPO / "benchmarks").glob("*.py")]
+    assert _undeclared(paths, deps | optional) == {}
+
+
+def test_the_tests_and_tools_declare_what_they_import():
+    deps, extras = _declared()
+    paths = [*(REPO / "tests").glob("*.py"), *(REPO / "tools").rglob("*.py")]
+    assert _undeclared(paths, deps | extras["test"] | extras["gpu"]) == {}  # tools/measure_overhead: liger
+
+
+def test_the_check_sees_an_undeclared_import(tmp_path):
+    sneaky = tmp_path / "x.py"
+    sneaky.write_text("import numpy\nfrom yaml import safe_load\nimport json\n")
+    sneaky = sneaky.rename(REPO / "tests" / f"_probe_{tmp_path.name}.py")
+    try:
+        missing = _undeclared([sneaky], {"torch"})
+    finally:
+        sneaky.unlink()
+    assert {m.split()[0] for m in missing} == {"numpy", "yaml"}
