@@ -299,3 +299,28 @@ def test_the_layers_compute_what_torchs_transformer_layers_compute():
     torch.testing.assert_close(
         dec(target, memory), ref_dec(target, memory, tgt_mask=mask, tgt_is_causal=True)
     )
+
+
+@pytest.mark.parametrize(("precision", "epochs", "stopped"), [("0.0001", 4, "cap"), ("0.99", 2, "precision")])
+def test_epochs_follow_until_the_precision_is_known_or_the_step_cap(encdec_bench, precision, epochs, stopped):
+    # 4 steps an epoch: the default 2 always run, then whole epochs up to 16 steps while the
+    # mean step time is known less well than the target (epochs given on the command line, as
+    # SMALL does, are exactly that many)
+    result = encdec_bench.runpytest_subprocess(
+        "benchmarks/test_encoder_decoder.py",
+        "--llmbench-dataset-samples=32",
+        "--llmbench-warmup-epochs=1",
+        "--llmbench-launch=inprocess",
+        "--llmbench-strategies=ddp",
+        "--llmbench-data=memory",
+        f"--llmbench-precision={precision}",
+        "--llmbench-max-steps=16",
+    )
+    result.assert_outcomes(passed=1)
+    (run,) = runs(encdec_bench.path).values()
+    assert len(run["epochs"]) == epochs and run["steps"] == 4 * epochs
+    measured = run["timing"]["measurement"]
+    assert measured["stopped"] == stopped and measured["steps"] == 4 * epochs
+    assert {k: measured[k] for k in ("mode", "epochs", "max_epochs", "target_precision")} == {
+        "mode": "epochs", "epochs": 2, "max_epochs": 4, "target_precision": float(precision)
+    }  # fmt: skip

@@ -23,10 +23,11 @@ any strategy code that runs after autograd returns. How the strategies map onto 
   holds that embedding's gathered weights. Measured on CPU at world
   size 2 (llama-tiny, encoder-decoder, fp32 and bf16): ZeRO-1 14.05 bytes per parameter against
   14 predicted, ZeRO-2 12.90 against 12.85, ZeRO-3 11.65 against 11.65 (fp32).
-- ZeRO-1 with overlap_comm (our GPU config) reduces while backward runs and keeps the gradients
-  larger than a bucket whole until after it, so what it holds then depends on how its bucket and
-  partition boundaries fall: no prediction. After backward it holds what ZeRO-2 holds (2x H200:
-  8.587 GB both), so DeepSpeed's ZeRO-1 and ZeRO-2 differ on a GPU only transiently.
+- ZeRO-1 with overlap_comm (our GPU config) reduces while backward runs into gradient
+  partitions as ZeRO-2 does, so at the end of backward it holds what ZeRO-2 holds, in-flight
+  buckets and embedding gradient included: 1x H100 (llama-1b, bf16, 2026-11-24) 15.3996 GB both,
+  predicted 15.3996; 2x H200 (2026-11-22, an earlier census point) 8.587 GB both. The two differ
+  only after the optimizer step, which this census does not see.
 - CPU offload moves the optimizer state and the gradient partitions to host memory. ZeRO-1/2
   keep the p bytes of 16-bit weights on the device, plus a transfer buffer the size of the
   largest parameter (the embedding's, vocab x hidden) and what is in flight as for ZeRO-2 (the
@@ -101,9 +102,9 @@ def bytes_per_param(  # noqa: PLR0911 (one return per strategy reads as the tabl
         return float(p)  # gradient partitions go to pinned host buffers with the optimizer state
     if strategy == "zero3" and offload != "none":
         return 0.0  # parameters live on the host (or NVMe) too: only what is in flight is here
-    if strategy == "zero1":
-        return None if overlap_comm else p + p + 12 / n
-    if strategy == "zero2":
+    if strategy == "zero1" and not overlap_comm:
+        return p + p + 12 / n
+    if strategy in ("zero1", "zero2"):  # ZeRO-1 with overlap_comm partitions gradients too
         return p + (p + 12) / n
     if strategy == "zero3" and offload == "none":
         return (2 * p + 12) / n

@@ -66,15 +66,6 @@ def _no_prediction(result: Mapping[str, Any]) -> str:
     strategy, offload = str(result.get("strategy")), result.get("offload")
     if offload not in (None, "none") and result.get("device") != "cuda":
         return "on a CPU the device is the host: the offloaded states are in the same census, not apart"
-    zero = ((result.get("strategy_config") or {}).get("deepspeed_config") or {}).get(
-        "zero_optimization"
-    ) or {}
-    if strategy == "zero1" and zero.get("overlap_comm"):
-        return (
-            "DeepSpeed's ZeRO-1 with overlap_comm reduces gradients while backward runs and keeps those "
-            "larger than a bucket whole until after it, so what it holds then depends on where its bucket "
-            "and partition boundaries fall: no prediction (after backward it holds what ZeRO-2 holds)"
-        )
     if result.get("optimizer") not in (None, "adamw_torch"):
         return f"no prediction for {strategy} around {result.get('optimizer')}"
     return f"memory_model.py has no prediction for {strategy}"

@@ -507,8 +507,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "epochs",
-        "seq2seq measured epochs (default: 2; the step-time check compares their wall times, so "
-        "with 1 it does not apply).",
+        "seq2seq measured epochs (default: 2, then more whole epochs while the mean step time is "
+        "known less well than --llmbench-precision, up to --llmbench-max-steps; given here, exactly "
+        "N. The step-time check compares their wall times, so with 1 it does not apply).",
         _positive_int,
         "N",
     ),

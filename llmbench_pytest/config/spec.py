@@ -224,6 +224,9 @@ class RunSpec:
     """seq2seq: measured epochs."""
     warmup_epochs: int = 1
     """seq2seq: epochs run first and left out of every statistic."""
+    max_epoch_steps: int = 0
+    """seq2seq: measure whole epochs after `epochs` while the mean is known less well than
+    `precision`, up to this many steps (0: exactly `epochs`)."""
     shard_mb: float = 128.0
     """seq2seq: target size of one disk shard in MB (seed 003: about 128)."""
     diagnostic: str | None = None

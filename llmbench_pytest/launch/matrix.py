@@ -56,7 +56,11 @@ def _measurement_fields(opts: SessionOptions, cuda: bool) -> dict[str, Any]:
     adaptive = {"min_steps": opts.min_steps, "max_steps": opts.max_steps}
     given = [f"--llmbench-{k.replace('_', '-')}={v}" for k, v in adaptive.items() if v is not None]
     if opts.workload == "seq2seq":  # measured in epochs: the dataset decides the steps (with_epoch_steps)
-        return {"steps": opts.steps or 1, "min_steps": 0, "precision": opts.precision}
+        # more epochs while the precision is not reached, up to the adaptive cap; epochs given on
+        # the command line, or a fixed count (--llmbench-steps), are exactly that many
+        fixed = opts.steps or "epochs" in opts.explicit
+        cap = 0 if fixed else opts.max_steps or (GPU_MAX_STEPS if cuda else CPU_MAX_STEPS)
+        return {"steps": opts.steps or 1, "min_steps": 0, "precision": opts.precision, "max_epoch_steps": cap}
     if opts.steps:
         if given:
             raise SpecError(

@@ -8,7 +8,7 @@ ranks (the default: one torchrun group serves every configuration of a world siz
 --llmbench-isolate (a fresh group per configuration), alternating which goes first so drift on the
 machine hits both. Then, per configuration, compares the medians over rounds of tokens/s (within
 1%), peak allocated and peak reserved GPU memory (within 2%), and the measured model states
-(exactly). Prints a table and a verdict line per figure, writes the figures as JSON beside the
+(to 0.01%). Prints a table and a verdict line per figure, writes the figures as JSON beside the
 results; exit status 1 when a figure is outside its bound: the evidence that warm ranks read as
 if fresh. A SIGINT or SIGTERM to this tool ends the session running (pytest and its
 ranks) and the tool.
@@ -35,7 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _child import run_session
 
 DEFAULT = ["--llmbench-strategies=ddp,fsdp,zero2,zero3,zero2_offload"]
-BOUNDS = {"tokens_per_sec": 0.01, "peak_vram_gb": 0.02, "peak_reserved_gb": 0.02, "model_state_gb": 0.0}
+# model states: the same census on both sides, to 0.01% (1.5 MB of llama-1b's 15.4 GB); a scalar
+# DeepSpeed allocates in one and not the other differs by bytes, a leftover by megabytes or more
+BOUNDS = {"tokens_per_sec": 0.01, "peak_vram_gb": 0.02, "peak_reserved_gb": 0.02, "model_state_gb": 1e-4}
 
 
 def run(mode: str, out: Path, extra: list[str]) -> int:
