@@ -13,6 +13,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -55,11 +56,15 @@ def runs_by_config(root: Path) -> dict[str, dict]:
 
 @pytest.fixture(autouse=True)
 def _leaves_the_process_as_it_found_it():
-    """A test that changes this process's environment, CPU affinity or working directory and
+    """A test that changes this process's environment, CPU affinity, working directory or its
+    SIGINT/SIGTERM handlers (which the tools and sessions it starts inherit when ignored) and
     does not undo it changes every later test on its worker: refuse it where it happens."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     before = (dict(os.environ), os.sched_getaffinity(0), os.getcwd())
     yield
     env, cores, cwd = before
+    changed_handlers = [sig.name for sig, h in handlers.items() if signal.getsignal(sig) != h]
+    assert not changed_handlers, f"this test left signal handlers changed: {changed_handlers}"
     changed = sorted(k for k in env.keys() | os.environ.keys() if env.get(k) != os.environ.get(k))
     changed = [k for k in changed if k != "PYTEST_CURRENT_TEST"]
     assert not changed, f"this test left environment variables changed: {changed}"

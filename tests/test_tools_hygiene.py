@@ -35,6 +35,21 @@ def _is_rank(proc: psutil.Process) -> bool:
     return RANK in line and AGENT not in line
 
 
+def _terminal_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _handlers(pid: int) -> str:
+    """Which signals a process ignores and catches (SigIgn, SigCgt of /proc/PID/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "unknown"
+    return " ".join(
+        line.replace("\t", "") for line in status.splitlines() if line.startswith(("SigIgn", "SigCgt"))
+    )
+
+
 def _wait_for_ranks(wrapper: subprocess.Popen, results: Path, tree: list[psutil.Process]) -> None:
     """Until rank 0 of the ddp run is training (the injected hang holds it there); `tree` then
     holds the processes below the wrapper, recorded while the tree is whole."""
@@ -84,12 +99,30 @@ def test_ending_a_tool_ends_its_session_and_every_rank(bench, monkeypatch, tool,
     where = bench.path / "out"
     log = bench.path / "tool.log"
     with open(log, "wb") as out:
-        wrapper = subprocess.Popen([sys.executable, *command(where)], cwd=bench.path, stdout=out, stderr=out)
+        # as a user's terminal starts it: a suite started as a background job (`cmd &` without job
+        # control, nohup) ignores SIGINT, every process it starts inherits that, and the tool then
+        # rightly keeps ignoring it (tools/_child.py)
+        wrapper = subprocess.Popen(
+            [sys.executable, *command(where)],
+            cwd=bench.path,
+            stdout=out,
+            stderr=out,
+            preexec_fn=_terminal_signals,  # noqa: PLW1509 (no threads started here)
+        )
     tree: list[psutil.Process] = []
     try:
         _wait_for_ranks(wrapper, results_of(where), tree)
         wrapper.send_signal(sig)
-        wrapper.wait(timeout=90)
+        try:
+            wrapper.wait(timeout=90)  # the tool's grace period (60 s) and its kill, with room
+        except subprocess.TimeoutExpired:
+            below = psutil.Process(wrapper.pid).children(recursive=True)
+            pytest.fail(
+                f"{tool} still running 90 s after {sig.name}; its signal handlers: "
+                f"{_handlers(wrapper.pid)}; below it: "
+                f"{[(p.pid, p.status(), _cmdline(p)[:120]) for p in below]}\n"
+                f"{log.read_text(errors='replace')[-3000:]}"
+            )
         out = log.read_text(errors="replace")
         _, alive = psutil.wait_procs(tree, timeout=10)
         assert not alive, f"left running after the tool ended: {[_cmdline(p) for p in alive]}\n{out}"
