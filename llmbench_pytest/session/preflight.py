@@ -87,7 +87,11 @@ def _command(pid: int) -> str:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return ""
-    words = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())  # one line: no newlines
+    argv = raw.decode(errors="replace").split("\0")
+    # the program by its name: its directory (a venv's path) says little and would push the
+    # arguments, which say what job it is, past the cut
+    argv[0] = os.path.basename(argv[0])
+    words = " ".join(" ".join(argv).split())  # one line: no newlines
     return words if len(words) <= 60 else words[:57] + "..."
 
 
