@@ -112,6 +112,31 @@ def _ops(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    import time
+
+    from .config.spec import DEFAULT_STRATEGIES
+    from .plan.command import format_table, plan, plot
+
+    started = time.perf_counter()
+    strategies = args.strategies.split(",") if args.strategies else list(DEFAULT_STRATEGIES)
+    print(f"llmbench plan: tracing {args.model} on this CPU ...", file=sys.stderr)
+    gpu_name, capacity, rows = plan(
+        args.model, args.gpu, args.gpus, strategies, batch=args.batch, seq_len=args.seq_len,
+        dtype=args.dtype, workload=args.workload, grad_ckpt=args.grad_ckpt,
+    )  # fmt: skip
+    from .config.presets import resolve_model
+
+    preset = resolve_model(args.model)
+    print(format_table(args.model, gpu_name, capacity, args.gpus, args.batch or preset.batch,
+                       args.seq_len or preset.seq_len, rows))  # fmt: skip
+    if args.plot:
+        plot(rows, capacity, f"{args.model} on {args.gpus} x {gpu_name}", Path(args.plot))
+        print(f"wrote {args.plot}")
+    print(f"llmbench plan: {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
 def _has_cuda() -> bool:
     import torch
 
@@ -138,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare(sub)
     _add_gate(sub)
     _add_ops(sub)
+    _add_plan(sub)
     return parser
 
 
@@ -286,6 +312,43 @@ def _add_ops(sub: Any) -> None:
         "--ops", metavar="NAMES", help="exactly these, comma-separated: shm_comm, cpu_adam, async_io"
     )
     ops.set_defaults(func=_ops)
+
+
+def _add_plan(sub: Any) -> None:
+    cmd = sub.add_parser(
+        "plan",
+        help="predict each strategy's peak GPU memory for a model, before anything runs",
+        formatter_class=_DESCRIBED,
+        description=(
+            "Predicts, on this machine's CPU and in seconds, each strategy's peak GPU memory per rank for\n"
+            "MODEL on the given GPUs: model states, activations, temporaries and the strategy's buffers,\n"
+            "allocated and reserved; whether it fits; and the largest batch per GPU that fits. The step\n"
+            "is traced without allocating (FakeTensorMode), from the same model code a run trains."
+        ),
+        epilog="example: llmbench plan llama-7b --gpu H100 --gpus 8 --seq-len 4096 --plot plan.png",
+    )
+    cmd.add_argument("model", help="a preset name (llama-1b, mistral-7b, ...) or a local config.json")
+    cmd.add_argument(
+        "--gpu",
+        required=True,
+        help="a GPU name from the peak table (H100, H200, A100, ...) or a size (80GiB, 24GB)",
+    )
+    cmd.add_argument(
+        "--gpus", type=int, default=1, help="GPUs the model trains on (the world size; default 1)"
+    )
+    cmd.add_argument("--batch", type=int, help="sequences per GPU (default: the preset's)")
+    cmd.add_argument("--seq-len", type=int, help="tokens per sequence (default: the preset's)")
+    cmd.add_argument(
+        "--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="compute precision (default bf16)"
+    )
+    cmd.add_argument("--workload", choices=("causal_lm", "lora", "seq2seq"), default="causal_lm",
+                     help="what trains (default causal_lm: every weight)")  # fmt: skip
+    cmd.add_argument("--grad-ckpt", action="store_true", help="with activation checkpointing")
+    cmd.add_argument(
+        "--strategies", metavar="NAMES", help="comma-separated (default: the benchmark's default matrix)"
+    )
+    cmd.add_argument("--plot", metavar="FILE", help="also draw the parts per strategy into FILE (png)")
+    cmd.set_defaults(func=_plan)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -217,7 +217,10 @@ TOOLS = [
         ["tools/time_to_answer.py", "--", "pytest", "benchmarks/test_pretrain.py", *SMALL],
         ["tools/gpu/checks.py"],  # reads results/, which time_to_answer.py has just written into
     ],
-    [["tools/measure_overhead.py", "--steps=2", "--warmup=1", "--repeats=1"]],
+    [
+        ["tools/measure_overhead.py", "--steps=2", "--warmup=1", "--repeats=1"],
+        ["tools/peak_table.py", "docs/results/2026-11-24-h100-verdicts/runs/encdec-after-fix"],
+    ],
     [["tools/time_xdist.py", "-n", "1", "--", *SMALL]],
     [
         ["tools/gate_error_rates.py", "collect", "{tmp}/gate", *GATE],

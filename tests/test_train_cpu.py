@@ -56,6 +56,12 @@ def test_default_matrix_every_strategy_at_world_sizes_1_and_2(default_matrix):
         # every strategy holds the model states its name says, run by run, offload aside
         states = checks["model_states"]
         assert states["passed"] is (None if "offload" in name else True), states
+        # the whole peak is predicted before the run, for the GPU; a CPU run gets no verdict on it
+        assert run["peak_predicted_gb"] > 0 and run["peak_prediction"]["parts"]["activations"] > 0, name
+        assert (
+            checks["peak_prediction"]["passed"] is None
+            and "no verdict on a CPU" in checks["peak_prediction"]["message"]
+        )
         assert run["metadata"]["torch"] and run["metadata"]["transformers"]
     # at world size 2 the scaling against world size 1 is measured and recorded
     for name in trained:

@@ -13,7 +13,7 @@ all failed messages.
 from __future__ import annotations
 
 from .loss import check_loss_falls
-from .memory import MODEL_STATE_TOLERANCE, check_memory, check_model_states
+from .memory import MODEL_STATE_TOLERANCE, check_memory, check_model_states, check_peak_prediction
 from .outcome import CheckOutcome
 from .scaling import check_scaling
 from .sharding import BELOW_DDP_MARGIN, FSDP_BELOW_ZERO3, SHARDING_ORDER, check_sharding, peer_key
@@ -24,6 +24,7 @@ from .variance import MIN_EPOCHS, check_mean_interval, check_repeat_spread, chec
 CHECKS = (
     "memory",
     "model_states",
+    "peak_prediction",
     "step_time_cv",
     "mean_interval",
     "loss_falls",
@@ -49,6 +50,7 @@ __all__ = [
     "check_mean_interval",
     "check_memory",
     "check_model_states",
+    "check_peak_prediction",
     "check_repeat_spread",
     "check_scaling",
     "check_sharding",

@@ -180,3 +180,37 @@ def _cause(result: Mapping[str, Any], excess_gb: float, where: str) -> str:
         f"prediction counts ({counted}): compare per_rank's census in result.json with "
         "analysis/memory_model.py"
     )
+
+
+def check_peak_prediction(result: Mapping[str, Any]) -> CheckOutcome:
+    """The measured peak allocated against the peak predicted before the run (plan/predict.py):
+    beyond PEAK_TOLERANCE the prediction missed something, and the parts say where to look. On a
+    CPU there is no verdict: the peak there is the process's resident set, libraries included."""
+    from ..analysis.peak_model import PEAK_TOLERANCE
+
+    name = "peak_prediction"
+    predicted = result.get("peak_predicted_gb")
+    prediction = result.get("peak_prediction") or {}
+    if predicted is None:
+        why = prediction.get("error") or "no prediction was recorded"
+        return CheckOutcome(name, None, f"not predicted: {why}")
+    if result.get("device") != "cuda":
+        return CheckOutcome(
+            name, None, f"predicted {predicted:.3f} GB for a GPU; no verdict on a CPU, where the peak is "
+            "the process's resident set", None, predicted,
+        )  # fmt: skip
+    measured = result.get("peak_vram_gb")
+    if measured is None:
+        return CheckOutcome(name, None, "the peak allocated was not measured", None, predicted)
+    gap = measured / predicted - 1
+    parts = ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in (prediction.get("parts") or {}).items())
+    text = f"peak allocated {measured:.3f} GB, predicted {predicted:.3f} GB ({parts} GB), {gap:+.1%}"
+    if abs(gap) <= PEAK_TOLERANCE:
+        return CheckOutcome(name, True, f"{text}, within {PEAK_TOLERANCE:.0%}", measured, predicted)
+    return CheckOutcome(
+        name, False, f"{text}, beyond {PEAK_TOLERANCE:.0%}: the run holds "
+        f"{'more' if gap > 0 else 'less'} than its configuration predicts; compare its "
+        "window_start_allocated_gb "
+        "(what was held before the window) and its model_state_gb with the parts",
+        measured, predicted,
+    )  # fmt: skip

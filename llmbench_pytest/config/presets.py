@@ -189,3 +189,26 @@ def gpu_peak(device_name: str, dtype: str) -> GpuPeak | None:
                 return None
             return GpuPeak(name=entry["name"], tflops=float(entry[dtype]), source=entry["source"])
     return None
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb)?\s*$", re.IGNORECASE)
+
+
+def gpu_memory(name_or_size: str) -> tuple[str, float]:
+    """(name, memory in GB of 1e9 bytes) for a GPU named in fixtures/gpus.toml ("H100", "h200 nvl":
+    the first entry whose name or pattern matches) or a size ("80GiB", "24GB"; a bare number is GB)."""
+    size = _SIZE.match(name_or_size)
+    if size:
+        value = float(size.group(1))
+        binary = (size.group(2) or "gb").lower() == "gib"
+        return (name_or_size.strip(), value * 2**30 / 1e9 if binary else value)
+    wanted = name_or_size.strip().lower()
+    entries = _load("gpus.toml")["gpu"]
+    for entry in entries:
+        if entry["name"].lower() == wanted:
+            return entry["name"], entry["memory_gib"] * 2**30 / 1e9
+    for entry in entries:
+        if re.search(entry["match"], name_or_size.strip(), re.IGNORECASE):
+            return entry["name"], entry["memory_gib"] * 2**30 / 1e9
+    names = ", ".join(e["name"] for e in entries)
+    raise SpecError(f"unknown GPU {name_or_size!r}: give a size (80GiB, 24GB) or one of {names}.")

@@ -11,7 +11,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..analysis import comm_model, memory_model
+from ..analysis import comm_model, memory_model, peak_model
 from ..analysis.flops import mfu, tflops_per_gpu
 from ..analysis.stats import Jitter, StepStats, mean_interval, mean_of
 from ..config.presets import gpu_peak
@@ -222,6 +222,19 @@ def _memory(spec: RunSpec, m: Measurement) -> dict[str, Any]:
         "model_state_host_predicted_gb": host_predicted,
         "model_state_host_gap": memory_model.gap(host, host_predicted),
         "model_state_flag": _gap_flag(measured, predicted, gap),
+        **_peak_prediction(m, _gb(_max_rank(m.per_rank, "peak_allocated_bytes"))),
+    }
+
+
+def _peak_prediction(m: Measurement, measured: float | None) -> dict[str, Any]:
+    """The peak predicted before the run (worker/run.py, plan/predict.py) beside the measured one."""
+    prediction = m.model.get("predicted_peak") or None
+    predicted = prediction.get("allocated_gb") if prediction else None
+    return {
+        "peak_predicted_gb": predicted,
+        "peak_reserved_predicted_gb": prediction.get("reserved_gb") if prediction else None,
+        "peak_prediction_gap": peak_model.gap(measured, predicted),
+        "peak_prediction": prediction,
     }
 
 

@@ -296,6 +296,7 @@ class LlmbenchFixture:
         run = {
             "memory": lambda: checks.check_memory(data, *self._memory_limit()),
             "model_states": lambda: checks.check_model_states(data),
+            "peak_prediction": lambda: checks.check_peak_prediction(data),
             "step_time_cv": lambda: checks.check_step_time_cv(data, opts.max_cv),
             "mean_interval": lambda: checks.check_mean_interval(
                 data, opts.max_interval, explicit="max_interval" in given

@@ -154,9 +154,11 @@ def _train(
 ) -> LoopSamples:
     """Build, wrap, feed and measure; what must be released later goes into `held`."""
     preset = resolve_model(spec.model, spec.model_config)
+    with _timed(phases, "predict_sec"):
+        predicted = _predict_peak(spec, preset, log)
     with _timed(phases, "build_sec"):
         built = held["built"] = build_model(spec, preset, ctx.device)
-    held["summary"] = built.summary
+    held["summary"] = {**built.summary, "predicted_peak": predicted}
     log.info("built %s: %.1fM parameters in %.2f s", preset.name, built.summary["params"] / 1e6,
              phases["build_sec"])  # fmt: skip
     if spec.info.family == "deepspeed":
@@ -184,6 +186,19 @@ def _train(
     if spec.workload == "seq2seq":
         return epoch_loop(strategy, feed, spec, ctx.device, log, ctx.rank, trace_path)
     return timed_loop(strategy, feed, spec, ctx, log, trace_path)
+
+
+def _predict_peak(spec: RunSpec, preset: Any, log: logging.Logger) -> dict[str, Any]:
+    """The peak predicted before the model exists (plan/predict.py; traced once per model, shape and
+    precision in this process), recorded beside the measured one. A configuration the trace cannot
+    follow is recorded with the reason and runs as it would have."""
+    from ..plan.predict import predict_spec
+
+    try:
+        return predict_spec(spec, preset).to_dict()
+    except Exception as exc:
+        log.info("%s: no peak prediction: %s", spec.name, exc)
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
 
 def _teardown(spec: RunSpec, ctx: DistContext, log: logging.Logger, held: dict[str, Any]) -> None:

@@ -1,0 +1,188 @@
+"""The whole peak GPU memory of a run, predicted per rank before it runs. Standard library only.
+
+A training step peaks where the forward pass ends and the loss is taken: every activation saved
+for backward is alive, the loss holds fp32 logits, and no gradient of this step exists yet
+(DDP's gradient buckets aside, which persist). The prediction adds, in bytes per rank:
+
+- model states resident at that moment (`resident_bytes_per_param`): the weights each strategy
+  keeps, the optimizer state (after the first step: fp32 master, Adam's two moments) and gradient
+  storage that outlives a step. These are memory_model.py's states without this step's gradients;
+- activations and temporaries, from one traced step of the real model (worker/step_trace.py:
+  FakeTensorMode and torch's MemTracker, in the precision the strategy computes in);
+- each strategy's buffers (`buffer_bytes`): FSDP's unsharded parameters (the root's during the
+  loss, every block's for fsdp_grad_op, which keeps them after forward), ZeRO's gradient buckets
+  and ZeRO-3's gathered LM head and prefetch bucket, the offload transfer buffer;
+- the allocator's slack: reserved = allocated x RESERVED_OVER_ALLOCATED.
+
+A second candidate is the end of the optimizer step (memory_model's census plus one fp32
+temporary per trained parameter for the foreach AdamW); the larger of the two is the prediction.
+
+Validated against every GPU run in docs/results by tools/peak_table.py, which writes the table
+docs/results/2026-11-25-peak-prediction/README.md holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import memory_model
+
+PEAK_TOLERANCE = 0.10
+"""A measured peak allocated beyond +-10% of the prediction is flagged (checks/memory.py)."""
+
+RESERVED_OVER_ALLOCATED = 1.11
+"""Reserved over allocated at the peak: the median of the 92 GPU runs in docs/results
+(1.01-1.17; tools/peak_table.py prints it: 1.110 on 2026-11-25), the caching allocator's slack
+and fragmentation."""
+
+UNFIT_MARGIN = 0.10
+"""A configuration whose predicted peak allocated exceeds the GPU's memory by more than this
+is skipped before it runs (--llmbench-run-unfit runs it anyway)."""
+
+GB = 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class StepTrace:
+    """What tracing one forward and backward found at its peak (worker/step_trace.py)."""
+
+    activation_bytes: int
+    temporary_bytes: int
+    parameter_bytes: int
+    gradient_bytes: int
+    compute: str
+    """amp (fp32 weights under autocast), half (16-bit weights) or fp32."""
+    seconds: float
+    torch: str
+    params: int
+    trainable: int
+    largest_block: int
+    """Parameters of the largest repeated block (FSDP's unit)."""
+    outside_blocks: int
+    """Parameters outside the blocks (embeddings, LM head, final norm): FSDP's root unit."""
+    embedding: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeakPrediction:
+    allocated_gb: float
+    reserved_gb: float
+    parts: dict[str, float]
+    """GB by part: model_states, activations, temporaries, buffers."""
+    phase: str
+    """Where the peak is predicted: "end of forward" or "optimizer step"."""
+    compute: str
+    trace_sec: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "method": "traced step (FakeTensorMode, MemTracker) + model states + buffers"}
+
+    def fits(self, capacity_gb: float) -> bool:
+        return self.reserved_gb <= capacity_gb
+
+    def clearly_unfit(self, capacity_gb: float) -> bool:
+        return self.allocated_gb > capacity_gb * (1 + UNFIT_MARGIN)
+
+
+def _p(dtype: str) -> int:
+    return 2 if dtype in ("bf16", "fp16") else 4
+
+
+def resident_bytes_per_param(
+    strategy: str, offload: str, world_size: int, dtype: str, optimizer: str = "adamw_torch"
+) -> float:
+    """Device bytes per trained parameter at the end of forward, after the first step."""
+    n, p = world_size, _p(dtype)
+    adam = 2.0 if optimizer != "adamw_torch" else 8.0  # bitsandbytes' 8-bit AdamW: 2 bytes
+    if strategy == "ddp":
+        return 4 + 4 + adam  # fp32 weights, gradient buckets (gradient_as_bucket_view), moments
+    if strategy in ("fsdp", "fsdp_grad_op"):
+        return (4 + adam) / n  # fp32 shard and its moments; gradients are freed each step
+    if offload != "none":
+        return 0.0 if strategy == "zero3" else float(p)  # 16-bit weights stay unless ZeRO-3
+    if strategy == "zero0":
+        return p + 12.0  # 16-bit module, fp32 master and moments
+    if strategy in ("zero1", "zero2"):
+        return p + 12 / n
+    return (p + 12) / n  # zero3
+
+
+def frozen_bytes_per_param(strategy: str, world_size: int, dtype: str) -> float:
+    """A frozen (LoRA base) weight: stored once in the run's precision, sharded where weights are."""
+    return _p(dtype) / (world_size if strategy in ("fsdp", "fsdp_grad_op", "zero3") else 1)
+
+
+def buffer_bytes(
+    strategy: str,
+    offload: str,
+    world_size: int,
+    dtype: str,
+    trace: StepTrace,
+    inflight: memory_model.InFlight,
+) -> float:
+    """What each strategy holds beside the states at the end of forward (module docstring)."""
+    p = _p(dtype)
+    if strategy == "fsdp":
+        return p * trace.outside_blocks  # the root unit (embedding, LM head) is unsharded for the loss
+    if strategy == "fsdp_grad_op":
+        return p * trace.params  # every unit stays unsharded after forward
+    if not strategy.startswith("zero") or strategy == "zero0":
+        return 0.0
+    bucket = inflight.bucket * (2 if inflight.overlap_comm else 1)
+    if strategy == "zero3":
+        gathered = (
+            trace.embedding + int(0.9 * inflight.bucket) if (world_size > 1 or offload != "none") else 0
+        )
+        return p * gathered
+    if offload != "none":
+        return p * (bucket + trace.embedding)  # the host transfer buffer holds the largest parameter
+    return p * bucket
+
+
+def predict(
+    strategy: str,
+    offload: str,
+    world_size: int,
+    dtype: str,
+    trace: StepTrace,
+    *,
+    optimizer: str = "adamw_torch",
+    inflight: memory_model.InFlight | None = None,
+    lora: bool = False,
+) -> PeakPrediction:
+    """The predicted peak per rank (module docstring)."""
+    flight = inflight or memory_model.InFlight()
+    trained = trace.trainable if lora else trace.params
+    frozen = trace.params - trained
+    states = trained * resident_bytes_per_param(strategy, offload, world_size, dtype, optimizer)
+    states += frozen * frozen_bytes_per_param(strategy, world_size, dtype)
+    buffers = buffer_bytes(strategy, offload, world_size, dtype, trace, flight)
+    forward = states + buffers + trace.activation_bytes + trace.temporary_bytes
+    # the optimizer step: the census at the end of backward plus one fp32 temporary per parameter
+    census = memory_model.predicted_gb(
+        strategy, offload, world_size, dtype, trace.params if not lora else frozen,
+        trained if lora else None, optimizer=optimizer, inflight=flight,
+    )  # fmt: skip
+    shard = world_size if strategy in ("fsdp", "fsdp_grad_op") or strategy.startswith("zero") else 1
+    step = (census or 0.0) * GB + (0 if offload != "none" else 4 * trained / shard)
+    parts = {
+        "model_states": states / GB,
+        "activations": trace.activation_bytes / GB,
+        "temporaries": trace.temporary_bytes / GB,
+        "buffers": buffers / GB,
+    }
+    allocated, phase = (forward, "end of forward") if forward >= step else (step, "optimizer step")
+    return PeakPrediction(
+        allocated_gb=allocated / GB,
+        reserved_gb=allocated * RESERVED_OVER_ALLOCATED / GB,
+        parts=parts,
+        phase=phase,
+        compute=trace.compute,
+        trace_sec=trace.seconds,
+    )
+
+
+def gap(measured_gb: float | None, predicted_gb: float | None) -> float | None:
+    """measured / predicted - 1, or None when either is missing."""
+    return memory_model.gap(measured_gb, predicted_gb)

@@ -1,0 +1,114 @@
+"""Will it fit: the whole peak predicted per rank, held against the GPU peaks docs/results measured,
+and `llmbench plan`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmbench_pytest.analysis import peak_model
+from llmbench_pytest.config.spec import RunSpec
+from llmbench_pytest.plan import validate
+from llmbench_pytest.plan.predict import predict_spec
+
+REPO = Path(__file__).resolve().parents[1]
+# every pretraining strategy of llama-1b on 1x H100, measured 2026-11-22 (bf16, batch 8 x 2048)
+MATRIX = REPO / "docs/results/2026-11-22-h100-llama-1b-matrix/runs"
+ENCDEC = REPO / "docs/results/2026-11-24-h100-verdicts/runs/encdec-after-fix"
+
+
+@pytest.fixture(autouse=True)
+def _inductor_cache(monkeypatch, tmp_path):
+    # tracing imports what a rank imports; torch's inductor names its cache directory in the
+    # environment when first imported: here, a temporary one that goes with the test
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+
+
+def _table() -> list[validate.Row]:
+    return validate.rows([*MATRIX.rglob("result.json"), *ENCDEC.rglob("result.json")], predict_spec)
+
+
+def test_measured_gpu_peaks_are_predicted_within_the_tolerance():
+    table = _table()
+    assert len(table) == 15 and all(r.predicted is not None for r in table)
+    off = [(r.spec.name, f"{r.gap:+.1%}") for r in table if not r.within]
+    assert not off, f"beyond {peak_model.PEAK_TOLERANCE:.0%} of the measured peak: {off}"
+    # and the parts are what the strategies differ by: sharding shrinks the states, not the activations
+    by = {r.spec.name: r.predicted for r in table if r.spec.model == "llama-1b"}
+    assert (
+        by["zero3_offload"].parts["model_states"]
+        < by["zero2"].parts["model_states"]
+        < by["ddp"].parts["model_states"]
+    )
+    assert by["fsdp"].parts["activations"] == by["zero2"].parts["activations"]
+
+
+def test_an_optimizer_state_counted_twice_fails_the_validation(monkeypatch):
+    resident = peak_model.resident_bytes_per_param
+
+    def twice(strategy, offload, world_size, dtype, optimizer="adamw_torch"):
+        extra = 8.0 / (world_size if strategy not in {"ddp", "zero0"} else 1)
+        return resident(strategy, offload, world_size, dtype, optimizer) + (extra if offload == "none" else 0)
+
+    monkeypatch.setattr(peak_model, "resident_bytes_per_param", twice)
+    table = _table()
+    wrong = [r.spec.name for r in table if not r.within]
+    assert len(wrong) >= 7, wrong  # every llama-1b run that keeps its optimizer state on the GPU
+
+
+def test_a_compiled_run_is_not_predicted_and_says_why(tmp_path):
+    compiled = REPO / "docs/results/2026-11-22-h100-llama-1b-compile/runs"
+    table = validate.rows(compiled.rglob("result.json"), predict_spec)
+    assert table and all(r.predicted is None and "torch.compile" in r.reason for r in table)
+
+
+def test_the_prediction_grows_with_the_batch_and_falls_with_checkpointing():
+    spec = RunSpec(strategy="zero2", model="llama-tiny", seq_len=128, per_device_batch=2, steps=1, warmup=0,
+                   dtype="bf16", device="cuda")  # fmt: skip
+    base = predict_spec(spec)
+    bigger = predict_spec(RunSpec(**{**_fields(spec), "per_device_batch": 4}))
+    ckpt = predict_spec(RunSpec(**{**_fields(spec), "grad_ckpt": True}))
+    assert bigger.parts["activations"] == pytest.approx(2 * base.parts["activations"], rel=0.05)
+    assert ckpt.parts["activations"] < 0.6 * base.parts["activations"]
+    assert bigger.parts["model_states"] == base.parts["model_states"]
+    assert base.reserved_gb == pytest.approx(base.allocated_gb * peak_model.RESERVED_OVER_ALLOCATED)
+
+
+def _fields(spec: RunSpec) -> dict:
+    import dataclasses
+
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+
+
+def test_plan_prints_every_strategy_whether_it_fits_and_the_largest_batch(tmp_path):
+    plot = tmp_path / "plan.png"
+    out = subprocess.run(
+        [sys.executable, "-m", "llmbench_pytest.cli", "plan", "llama-tiny", "--gpu", "1GB", "--gpus", "2",
+         "--plot", str(plot)],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("llama-tiny on 2 x 1GB (1.0 GB each), batch 2 x 128 tokens per GPU")
+    rows = {ln.split()[0]: ln.split() for ln in lines[3:13]}
+    assert set(rows) == {"ddp", "fsdp", "fsdp_grad_op", "zero0", "zero1", "zero2", "zero3",
+                         "zero2_offload", "zero3_offload", "zero3_nvme"}  # fmt: skip
+    assert all(r[7] == "yes" and int(r[8]) > 2 for r in rows.values())
+    assert int(rows["zero3"][8]) >= int(rows["ddp"][8])  # sharding leaves room for more sequences
+    assert plot.stat().st_size > 0
+
+
+def test_plan_refuses_an_unknown_gpu_in_one_line():
+    out = subprocess.run(
+        [sys.executable, "-m", "llmbench_pytest.cli", "plan", "llama-tiny", "--gpu", "T4"],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert (
+        out.stderr.strip()
+        .splitlines()[-1]
+        .startswith("llmbench plan: error: unknown GPU 'T4': give a size (80GiB, 24GB) or one of H100 NVL")
+    )
