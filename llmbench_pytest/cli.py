@@ -154,8 +154,22 @@ def _noise_factor(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="llmbench",
-        description="Reports, machine and price comparisons, and a CI regression gate over llmbench results.",
-        epilog="Each command has its own --help. Guide: docs/reports.md.",
+        formatter_class=_DESCRIBED,
+        description=(
+            "The benchmarks run under pytest, as tests, and each configuration writes a result.json\n"
+            "under results/:\n"
+            "  pytest benchmarks/                      every strategy at world sizes 1, 2, 4, ...\n"
+            "  torchrun --nproc_per_node=8 -m pytest benchmarks/ -k zero2     every rank runs pytest\n"
+            "Their options (strategies, model, world sizes, --llmbench-report, ...) are in\n"
+            "`pytest --help`, section llmbench.\n"
+            "\n"
+            "This command reads those results: a report, a comparison of machines and prices, and a CI\n"
+            "regression gate; `llmbench plan` predicts each strategy's peak GPU memory before anything runs."
+        ),
+        epilog=(
+            "Each command has its own --help. How to run the benchmarks, every option and how to read the\n"
+            "report: the project's README."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"llmbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -178,10 +192,11 @@ def _add_report(sub: Any) -> None:
         formatter_class=_DESCRIBED,
         description=(
             "Read every result.json under RESULTS_DIR and write RESULTS_DIR/summary/:\n"
-            "  metrics.csv          one row per run: seed 000's columns, scaling_efficiency_pct,\n"
-            "                       then the rest\n"
+            "  metrics.csv          one row per run: result.json's first thirteen fields,\n"
+            "                       scaling_efficiency_pct, then the rest\n"
             "  BENCHMARK_REPORT.md  the recommendation (fastest that fits, most memory-frugal and\n"
-            "                       its cost), seed 000's patterns, scaling (and its baseline), MFU,\n"
+            "                       its cost), the patterns the runs show (fast but memory-hungry,\n"
+            "                       poor scaling, ...), scaling (and its baseline), MFU,\n"
             "                       failed checks, OOM and error runs\n"
             "  plots/*.png          tokens/s, step time, scaling efficiency, GB/s vs GPUs; peak\n"
             "                       memory and MFU per strategy\n"

@@ -112,3 +112,34 @@ def test_plan_refuses_an_unknown_gpu_in_one_line():
         .splitlines()[-1]
         .startswith("llmbench plan: error: unknown GPU 'T4': give a size (80GiB, 24GB) or one of H100 NVL")
     )
+
+
+def test_a_configuration_predicted_not_to_fit_is_skipped_with_the_prediction_unless_asked(bench):
+    args = [
+        "benchmarks",
+        "--llmbench-strategies=ddp",
+        "--llmbench-world-sizes=1",
+        "--llmbench-launch=inprocess",
+    ]
+    args += ["--llmbench-vram-limit-gb=0.02", "--llmbench-steps=3", "--llmbench-warmup=1", "-rs"]
+    skipped = bench.runpytest_subprocess(*args)
+    skipped.assert_outcomes(skipped=1)
+    skipped.stdout.fnmatch_lines(
+        [
+            "*SKIPPED*ddp: rank 0: predicted not to fit: 0.* GB allocated per rank (model states 0.*) "
+            "against the --llmbench-vram-limit-gb of 0.02 GB*--llmbench-run-unfit runs it anyway."
+        ]
+    )
+    # asked to run anyway, it trains, and the memory check then judges what it measured
+    ran = bench.runpytest_subprocess(*args, "--llmbench-run-unfit")
+    ran.assert_outcomes(failed=1)
+    ran.stdout.fnmatch_lines(["*peak_memory:*exceeds the limit of 0.020 GB*"])
+
+
+def test_the_batch_search_starts_where_the_prediction_says_the_largest_batch_is():
+    # llama-1b zero2 on 1x H100 at batch 8 (the recorded parts of its prediction): 1 sequence is
+    # 4.05 GB of activations and temporaries, 13.37 GB stays whatever the batch
+    recorded = {"parts": {"model_states": 13.35, "activations": 28.17, "temporaries": 4.19, "buffers": 0.02}}
+    assert peak_model.largest_batch(recorded, 8, 80.0) == 14  # (80 / 1.11 - 13.37) / 4.045
+    assert peak_model.largest_batch(recorded, 8, 15.0) == 1  # never below one sequence
+    assert peak_model.largest_batch({"error": "not traced"}, 8, 80.0) is None

@@ -183,6 +183,20 @@ def predict(
     )
 
 
+def largest_batch(prediction: dict[str, Any] | None, batch: int, limit_gb: float) -> int | None:
+    """From a run's recorded prediction at `batch`: the most sequences per rank whose predicted
+    reserved memory stays within `limit_gb` (activations and temporaries grow with the batch, states
+    and buffers do not). None without a prediction."""
+    parts = (prediction or {}).get("parts")
+    if not parts or batch < 1:
+        return None
+    per_sequence = (parts["activations"] + parts["temporaries"]) / batch
+    fixed = parts["model_states"] + parts["buffers"]
+    if per_sequence <= 0:
+        return None
+    return max(1, int((limit_gb / RESERVED_OVER_ALLOCATED - fixed) / per_sequence))
+
+
 def gap(measured_gb: float | None, predicted_gb: float | None) -> float | None:
     """measured / predicted - 1, or None when either is missing."""
     return memory_model.gap(measured_gb, predicted_gb)

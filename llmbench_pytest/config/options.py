@@ -297,6 +297,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("grad_ckpt", "activation checkpointing: recompute activations in backward.", _bool, flag=True),
     Setting(
+        "run_unfit",
+        "run a configuration whose predicted peak memory (llmbench plan's) exceeds the GPU's memory, or "
+        "--llmbench-vram-limit-gb where given (on a CPU, only that), by more than 10%, instead of "
+        "skipping it with the prediction as the reason.",
+        _bool,
+        flag=True,
+    ),
+    Setting(
         "compile",
         "torch.compile each transformer block before the strategy wraps the model (recorded in the result).",
         _bool,
@@ -344,8 +352,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "max_cv",
-        "seed 000's rule between runs: the largest coefficient of variation of the repeats' tokens/s "
-        "(--llmbench-repeat 2 or more) or of the epochs' wall times (5 epochs or more) that the "
+        "step time's variation between runs: the largest coefficient of variation of the repeats' "
+        "tokens/s (--llmbench-repeat 2 or more) or of the epochs' wall times (5 epochs or more) that the "
         "step_time_cv check accepts: 0.1 or 10 percent (default: 0.1). Within one run see "
         "--llmbench-max-interval.",
         _fraction,
@@ -396,9 +404,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "launch",
-        "how a benchmark starts its ranks without torchrun: torchrun (a group per configuration, "
-        "isolated from pytest) or inprocess (world size 1 inside this pytest process, for debuggers "
-        "and profilers) (default: torchrun).",
+        "how a benchmark starts its ranks without torchrun: torchrun (torchrun groups outside this "
+        "pytest process, one per world size, whose ranks stay warm from one configuration to the next; "
+        "--llmbench-isolate starts one per configuration) or inprocess (world size 1 inside this pytest "
+        "process, for debuggers and profilers) (default: torchrun).",
         _choice("torchrun", "inprocess"),
         "HOW",
     ),
@@ -421,7 +430,7 @@ SETTINGS: tuple[Setting, ...] = (
         "how well a run's mean step time must be known: the largest half-width of its 95% confidence "
         "interval, relative to the mean, that the mean_interval check accepts on a GPU (on CPU too when "
         "given on the command line, with the caveat that CPU timings are smoke): 0.1 or 10 percent "
-        "(default: 0.1, seed 000's tolerance between runs).",
+        "(default: 0.1, the 10 percent the validation checks allow between runs).",
         _fraction,
         "FRACTION",
     ),
@@ -430,7 +439,8 @@ SETTINGS: tuple[Setting, ...] = (
         "the least scaling efficiency, T(N) / ((N / N0) T(N0)) against the same configuration at the "
         "smallest world size N0 of the session, that the scaling check accepts on a GPU (on CPU too when "
         "given on the command line, with the caveat that CPU timings are smoke): 0.6 or 60 percent "
-        "(default: 0.6, seed 000's 'investigate' line).",
+        "(default: 0.6: the pretraining benchmark's specification says to investigate below 30 percent at "
+        "4 GPUs, in its convention that puts 2 GPUs at 50 percent).",
         _share,
         "FRACTION",
     ),
@@ -525,8 +535,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "diagnostic",
-        "run seed 001's diagnostic matrix for each configuration: the baseline, the other optimizer, half "
-        "the LoRA rank, half the sequence, half the sequence with twice the batch, and fp16.",
+        "run the LoRA fine-tuning guide's diagnostic matrix for each configuration: the baseline, the "
+        "other optimizer, half the LoRA rank, half the sequence, half the sequence with twice the batch, "
+        "and fp16.",
         _bool,
         flag=True,
     ),
@@ -568,6 +579,7 @@ class SessionOptions:
     isolate: bool = False
     dtype: str = "auto"
     grad_ckpt: bool = False
+    run_unfit: bool = False
     compile: bool = False
     fused_loss: tuple[str, ...] = ("none",)
     fp8: tuple[str, ...] = ("none",)

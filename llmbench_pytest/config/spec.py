@@ -230,6 +230,10 @@ class RunSpec:
     shard_mb: float = 128.0
     """seq2seq: target size of one disk shard in MB (seed 003: about 128)."""
     diagnostic: str | None = None
+    memory_limit_gb: float | None = None
+    """--llmbench-vram-limit-gb: the memory a configuration must fit in (else the device's own)."""
+    run_unfit: bool = False
+    """Run a configuration predicted not to fit (plan/predict.py) instead of skipping it."""
     """The seed-001 diagnostic variant this run is (baseline, optimizer, lora_rank, ...), if any."""
 
     def __post_init__(self) -> None:

@@ -259,6 +259,8 @@ def _common_fields(opts: SessionOptions, hw: Hardware, model: str, tier: str) ->
         "warmup": opts.warmup if opts.warmup is not None else (GPU_WARMUP if cuda else CPU_WARMUP),
         "dtype": dtype,
         "grad_ckpt": opts.grad_ckpt,
+        "memory_limit_gb": opts.vram_limit_gb,
+        "run_unfit": opts.run_unfit,
         "tier": tier,
         "lr": opts.lr,
         "seed": opts.seed,

@@ -104,7 +104,7 @@ def _recommendations(recs: Sequence[Recommendation]) -> list[str]:
         if searched:
             out.append(f"- {searched}")
         if rec.findings:
-            out += ["- Patterns (seed 000):"]
+            out += ["- Patterns in these results:"]
             out += [f"  - {f.line()}" for f in rec.findings]
     return out
 

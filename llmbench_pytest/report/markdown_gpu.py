@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..analysis.memory_model import GAP_FLAG
+from ..analysis.peak_model import PEAK_TOLERANCE
 from . import fmt, gpu_truth
 from .configs import Config, strategy_rank
 from .gpu_truth import config_comm, config_extreme, config_throttles
@@ -66,6 +67,13 @@ def _gap_cell(c: Config) -> str:
     return f"**{fmt.signed_pct(g)}**" if abs(g) > GAP_FLAG else fmt.signed_pct(g)
 
 
+def _peak_gap_cell(c: Config) -> str:
+    g = c.mean("peak_prediction_gap")
+    if g is None or c.is_cpu:
+        return fmt.NA  # on a CPU the measured peak is the process's RSS: no like-for-like gap
+    return f"**{fmt.signed_pct(g)}**" if abs(g) > PEAK_TOLERANCE else fmt.signed_pct(g)
+
+
 def memory_section(configs: Sequence[Config], runs: Sequence[Run]) -> list[str]:
     out = ["", "## Memory: measured vs predicted", ""]
     shown = [
@@ -83,7 +91,8 @@ def memory_section(configs: Sequence[Config], runs: Sequence[Run]) -> list[str]:
         + "; *predicted* from the ZeRO paper's bytes per parameter for the strategy (memory_model.py; "
         "each run's model_states check holds the two within 5%). "
         f"*Gap* = measured / predicted - 1, **bold** beyond ±{GAP_FLAG:.0%}. The peak is the whole step's, "
-        "activations included."
+        "activations included; *peak predicted* is the whole step's predicted before the run (llmbench "
+        f"plan's model, for a GPU), its gap **bold** beyond ±{PEAK_TOLERANCE:.0%} (none on a CPU)."
     )
     columns: list[Column] = [("measured GB", lambda c: fmt.gb(c.model_state_gb))]
     if any_host:
@@ -92,6 +101,8 @@ def memory_section(configs: Sequence[Config], runs: Sequence[Run]) -> list[str]:
         ("predicted GB", lambda c: fmt.gb(c.mean("model_state_predicted_gb"))),
         ("gap", _gap_cell),
         (memory_header(shown)[0], lambda c: fmt.gb(c.memory_gb)),
+        ("peak predicted GB", lambda c: fmt.gb(c.mean("peak_predicted_gb"))),
+        ("peak gap", _peak_gap_cell),
     ]
     out += ["", *_table(shown, configs, columns)]
     flagged = [r for r in runs if r.ok and r.data.get("model_state_flag")]

@@ -46,7 +46,7 @@ def diagnostic(runs: Sequence[Run]) -> list[str]:
         return []
     out = [
         "",
-        "## Diagnostic matrix (seed 001)",
+        "## Diagnostic matrix (LoRA fine-tuning)",
         "",
         "Each variant changes one knob of the baseline (the fifth two); its speed-up in samples/s says "
         f"whether that knob limits the run. A variant at least {WORKED:.2f}x as fast *worked*.",
@@ -253,7 +253,7 @@ def encoder_decoder(runs: Sequence[Run]) -> list[str]:
     ]
     return [
         "",
-        "## Encoder-decoder epochs (seed 003)",
+        "## Encoder-decoder epochs",
         "",
         "Measured epochs after the warm-up ones. *samples/s (epoch)* divides the samples by the epoch's "
         "wall clock; *samples/s (steps)* counts the training steps alone. *No step running* is the "

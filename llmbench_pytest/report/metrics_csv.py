@@ -131,6 +131,8 @@ TECHNIQUE_COLUMNS = (
     "fp8_layers",
     "fused_loss_chunk_rows",
 )
+# the whole peak predicted before each run (plan/predict.py), appended last
+PEAK_PREDICTION_COLUMNS = ("peak_predicted_gb", "peak_reserved_predicted_gb", "peak_prediction_gap")
 
 COLUMNS = (
     *SEED_COLUMNS,
@@ -143,6 +145,7 @@ COLUMNS = (
     *WORKLOAD_COLUMNS,
     *BATCH_SEARCH_COLUMNS,
     *TECHNIQUE_COLUMNS,
+    *PEAK_PREDICTION_COLUMNS,
 )
 
 
@@ -175,6 +178,7 @@ def row(run: Run, scaling: Scaling | None) -> dict[str, Any]:
     out["batch_search_best"] = search.get("best_batch")
     out["batch_search_best_tokens_per_sec"] = search.get("best_tokens_per_sec")
     out.update(technique_cells(d))
+    out.update({c: d.get(c) for c in PEAK_PREDICTION_COLUMNS})
     return {k: _cell(v) for k, v in out.items()}
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .. import checks
+from ..analysis import peak_model
 from ..analysis.stats import mean_of, relative_spread, spread_of
 from ..config.datasets import with_epoch_steps
 from ..config.presets import tiers
@@ -237,7 +238,15 @@ class LlmbenchFixture:
             # from memory (what fits does not depend on the source; no dataset per trial on disk)
             trial_base = trial_base.replace(epochs=1, warmup_epochs=1, data="memory")
 
+        predictions: dict[int, Any] = {}
+        trials: dict[int, batch_search.Trial] = {}
+
         def try_batch(batch: int) -> batch_search.Trial:
+            if batch not in trials:
+                trials[batch] = _trial(batch)
+            return trials[batch]
+
+        def _trial(batch: int) -> batch_search.Trial:
             spec = trial_base.replace(per_device_batch=batch)
             if spec.workload == "seq2seq":
                 spec = with_epoch_steps(spec.replace(dataset_samples=TRIAL_STEPS * spec.samples_per_step))
@@ -246,6 +255,7 @@ class LlmbenchFixture:
                 paths = claim_run_paths(self.session.results_dir / ".batch-search", spec)
             m = self._measure(paths, self._meta(), spec)
             data = build_result(spec, m, {})
+            predictions[batch] = data.get("peak_prediction")
             if m.status == "unavailable":
                 pytest.skip(f"{spec.name}: {m.error}")
             if m.status not in ("ok", "oom"):
@@ -258,9 +268,31 @@ class LlmbenchFixture:
             return batch_search.Trial(batch, fits, m.status, data["tokens_per_sec"], peak, reason)
 
         try:
-            return batch_search.search(try_batch, self.spec.per_device_batch, cap)
+            found = batch_search.search(try_batch, self._first_batch(try_batch, predictions, limit, cap), cap)
         except batch_search.SearchAborted as exc:
             pytest.fail(f"{self.spec.name}: batch search stopped: {exc}")
+        found.trials = [
+            trials[b] for b in sorted(trials)
+        ]  # the first trial too, where the search began elsewhere
+        return found
+
+    def _first_batch(
+        self,
+        try_batch: Callable[[int], batch_search.Trial],
+        predictions: dict[int, Any],
+        limit: float | None,
+        cap: int,
+    ) -> int:
+        """On a GPU the search starts where the configured batch's prediction says the largest fitting
+        batch is (plan/predict.py), not from an OOM: its first trial, at the configured batch, records
+        the prediction. On a CPU the prediction is a GPU's: it starts at the configured batch."""
+        start = self.spec.per_device_batch
+        if self.spec.device != "cuda":
+            return start
+        if not limit or try_batch(start).status != "ok":  # try_batch keeps the trial for the search
+            return start
+        hint = peak_model.largest_batch(predictions.get(start), start, limit)
+        return min(hint, cap) if hint else start
 
     def validate(
         self, result: RunResult | None = None, checks_to_run: Iterable[str] = checks.CHECKS

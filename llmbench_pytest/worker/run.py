@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from ..analysis.peak_model import PeakPrediction
     from ..config.spec import RunSpec
 
 
@@ -155,10 +156,12 @@ def _train(
     """Build, wrap, feed and measure; what must be released later goes into `held`."""
     preset = resolve_model(spec.model, spec.model_config)
     with _timed(phases, "predict_sec"):
-        predicted = _predict_peak(spec, preset, log)
+        predicted, record = _predict_peak(spec, preset, log)
+    held["summary"] = {"predicted_peak": record}
+    _refuse_unfit(spec, ctx.device, predicted)
     with _timed(phases, "build_sec"):
         built = held["built"] = build_model(spec, preset, ctx.device)
-    held["summary"] = {**built.summary, "predicted_peak": predicted}
+    held["summary"] = {**built.summary, "predicted_peak": record}
     log.info("built %s: %.1fM parameters in %.2f s", preset.name, built.summary["params"] / 1e6,
              phases["build_sec"])  # fmt: skip
     if spec.info.family == "deepspeed":
@@ -188,17 +191,39 @@ def _train(
     return timed_loop(strategy, feed, spec, ctx, log, trace_path)
 
 
-def _predict_peak(spec: RunSpec, preset: Any, log: logging.Logger) -> dict[str, Any]:
+def _predict_peak(
+    spec: RunSpec, preset: Any, log: logging.Logger
+) -> tuple[PeakPrediction | None, dict[str, Any]]:
     """The peak predicted before the model exists (plan/predict.py; traced once per model, shape and
     precision in this process), recorded beside the measured one. A configuration the trace cannot
     follow is recorded with the reason and runs as it would have."""
     from ..plan.predict import predict_spec
 
     try:
-        return predict_spec(spec, preset).to_dict()
+        predicted = predict_spec(spec, preset)
     except Exception as exc:
         log.info("%s: no peak prediction: %s", spec.name, exc)
-        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        return None, {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    return predicted, predicted.to_dict()
+
+
+def _refuse_unfit(spec: RunSpec, device: torch.device, predicted: PeakPrediction | None) -> None:
+    """Skip, before anything is allocated, a configuration predicted to exceed the memory it has (the
+    GPU's, or --llmbench-vram-limit-gb where given) by more than UNFIT_MARGIN: minutes of OOMs
+    answer nothing the prediction does not. --llmbench-run-unfit runs it anyway."""
+    if predicted is None or spec.run_unfit:
+        return
+    limit, what = spec.memory_limit_gb, "--llmbench-vram-limit-gb"
+    if limit is None and device.type == "cuda":
+        limit, what = torch.cuda.get_device_properties(device).total_memory / 1e9, "GPU's memory"
+    if limit is None or not predicted.clearly_unfit(limit):
+        return
+    parts = ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in predicted.parts.items())
+    raise TechniqueUnavailable(
+        f"predicted not to fit: {predicted.allocated_gb:.2f} GB allocated per rank ({parts} GB) against "
+        f"the {what} of {limit:.2f} GB. Shard more (zero3, fsdp, offload), lower --llmbench-batch or "
+        "turn on --llmbench-grad-ckpt (llmbench plan shows each); --llmbench-run-unfit runs it anyway."
+    )
 
 
 def _teardown(spec: RunSpec, ctx: DistContext, log: logging.Logger, held: dict[str, Any]) -> None:
