@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +29,12 @@ REPO = Path(__file__).resolve().parents[1]
 # JIT ops (CPU Adam, the shared-memory all-reduce), a minute each, in every test: pin the
 # directory a user's sessions use, which `llmbench ops build` (tools/dev.sh setup) fills
 TORCH_EXTENSIONS_DIR = str(extensions_root())
+# torch's inductor names its cache directory in the environment the first time anything asks for
+# it (compiling, tracing a step): whichever test came first would be blamed for changing the
+# environment, depending on the order. Named once here, for the whole session and its children.
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "llmbench-tests-inductor")
+)
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 # what a child session must not inherit from this one: torchrun's rank variables, pytest-xdist's
 # worker identity (the plugin and pytest-benchmark would take the child for an xdist worker) and

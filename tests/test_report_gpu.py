@@ -454,7 +454,7 @@ def test_patterns_weigh_memory_against_configurations_of_similar_speed(tmp_path:
     md = (out / "BENCHMARK_REPORT.md").read_text()
     assert_lines(
         md,
-        "- Patterns (seed 000):",
+        "- Patterns in these results:",
         "  - **fast but memory-hungry**: ddp ws1: 52,085 tokens/s (91% of the best), 53.8 GB: 25% more than "
         "fsdp, which is faster (56,462 tokens/s) in 43.1 GB*",
     )

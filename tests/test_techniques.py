@@ -321,9 +321,9 @@ def test_report_shows_what_each_technique_buys(tmp_path):
     assert rows["fp8 tensorwise"][4:8] == ["compile, loss chunked", "569 -> 853", "1.50x", "57.5% -> 86.2%*"]
     assert "MFU* (fp8 runs): model FLOPs against the bf16 dense peak" in section
     header = files.csv.read_text().splitlines()[0].split(",")
-    assert header[-8:] == [
+    assert header[-11:] == [
         "fused_loss", "fp8", "attention", "attention_ran", "mfu_note", "mfu_vs_fp8_peak", "fp8_layers",
-        "fused_loss_chunk_rows",
+        "fused_loss_chunk_rows", "peak_predicted_gb", "peak_reserved_predicted_gb", "peak_prediction_gap",
     ]  # fmt: skip
 
 

@@ -61,7 +61,8 @@ def test_axes_train_in_one_session_and_the_report_compares_them(bench):
     assert "| fused loss chunked " in section and "| attention flash (ran flash) " in section
     header = (bench.path / "results" / "summary" / "metrics.csv").read_text().splitlines()[0]
     assert header.endswith(
-        "fused_loss,fp8,attention,attention_ran,mfu_note,mfu_vs_fp8_peak,fp8_layers,fused_loss_chunk_rows"
+        "fused_loss,fp8,attention,attention_ran,mfu_note,mfu_vs_fp8_peak,fp8_layers,fused_loss_chunk_rows,"
+        "peak_predicted_gb,peak_reserved_predicted_gb,peak_prediction_gap"
     )
 
 

@@ -66,5 +66,5 @@ def test_diagnostic_matrix_runs_every_variant_it_can(lora_session):
     # the report shows each variant's speed-up over the baseline and what worked
     assert report.ret == 0, report.stderr.str()
     md = (bench.path / "results" / "summary" / "BENCHMARK_REPORT.md").read_text()
-    assert "## Diagnostic matrix (seed 001)" in md and "| what worked | what did not |" in md
+    assert "## Diagnostic matrix (LoRA fine-tuning)" in md and "| what worked | what did not |" in md
     assert "shorter_seq_larger_batch | seq 128 -> 64, batch 4 -> 8 |" in md.replace("  ", " ")

@@ -14,8 +14,9 @@ for backward is alive, the loss holds fp32 logits, and no gradient of this step 
   and ZeRO-3's gathered LM head and prefetch bucket, the offload transfer buffer;
 - the allocator's slack: reserved = allocated x RESERVED_OVER_ALLOCATED.
 
-A second candidate is the end of the optimizer step (memory_model's census plus one fp32
-temporary per trained parameter for the foreach AdamW); the larger of the two is the prediction.
+A second candidate is the optimizer step: memory_model's census at the end of backward plus what
+the step allocates for itself (`step_bytes`); the larger of the two is the prediction. It decides
+the peak where activations are small (activation checkpointing, LoRA, small batches).
 
 Validated against every GPU run in docs/results by tools/peak_table.py, which writes the table
 docs/results/2026-11-25-peak-prediction/README.md holds.
@@ -74,6 +75,8 @@ class PeakPrediction:
     """Where the peak is predicted: "end of forward" or "optimizer step"."""
     compute: str
     trace_sec: float
+    step_gb: float = 0.0
+    """The optimizer step's candidate (what the peak is when activations are small)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "method": "traced step (FakeTensorMode, MemTracker) + model states + buffers"}
@@ -140,6 +143,27 @@ def buffer_bytes(
     return p * bucket
 
 
+def step_bytes(strategy: str, offload: str, world_size: int, trained: int, largest: int) -> float:
+    """What the optimizer step allocates beyond the states (measured on 1x H100, llama-1b with
+    activation checkpointing at batch 4, where the step is the peak, 2026-11-25):
+
+    - DDP: torch's foreach AdamW over plain tensors, one fp32 temporary per parameter (4 bytes;
+      measured 19.061 GB, predicted 19.064);
+    - FSDP: AdamW over DTensor shards goes parameter by parameter: one temporary of the largest
+      (the embedding) at a time (measured 15.84 GB against 15.25 of states);
+    - DeepSpeed ZeRO without offload: 6 bytes per parameter of its partition (the fp32 gradient
+      partition it builds from the 16-bit gradients, and a 16-bit copy; measured 21.04 GB against
+      15.40 of states at world size 1);
+    - offload: the step runs on the host."""
+    if offload != "none":
+        return 0.0
+    if strategy == "ddp":
+        return 4.0 * trained
+    if strategy in ("fsdp", "fsdp_grad_op"):
+        return 4.0 * largest / world_size
+    return 6.0 * trained / world_size
+
+
 def predict(
     strategy: str,
     offload: str,
@@ -159,13 +183,11 @@ def predict(
     states += frozen * frozen_bytes_per_param(strategy, world_size, dtype)
     buffers = buffer_bytes(strategy, offload, world_size, dtype, trace, flight)
     forward = states + buffers + trace.activation_bytes + trace.temporary_bytes
-    # the optimizer step: the census at the end of backward plus one fp32 temporary per parameter
     census = memory_model.predicted_gb(
         strategy, offload, world_size, dtype, trace.params if not lora else frozen,
         trained if lora else None, optimizer=optimizer, inflight=flight,
     )  # fmt: skip
-    shard = world_size if strategy in ("fsdp", "fsdp_grad_op") or strategy.startswith("zero") else 1
-    step = (census or 0.0) * GB + (0 if offload != "none" else 4 * trained / shard)
+    step = (census or 0.0) * GB + step_bytes(strategy, offload, world_size, trained, trace.embedding)
     parts = {
         "model_states": states / GB,
         "activations": trace.activation_bytes / GB,
@@ -180,6 +202,7 @@ def predict(
         phase=phase,
         compute=trace.compute,
         trace_sec=trace.seconds,
+        step_gb=step / GB,
     )
 
 

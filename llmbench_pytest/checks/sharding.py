@@ -102,7 +102,8 @@ def check_sharding(result: Mapping[str, Any], peers: Mapping[str, Mapping[str, A
         return CheckOutcome(
             name,
             False,
-            f"{me}: peak GPU memory per rank at world size {ws} breaks seed 000's order: "
+            f"{me}: peak GPU memory per rank at world size {ws} breaks the expected order of the "
+            "strategies (ZeRO and FSDP below DDP, FSDP close to ZeRO-3): "
             + "; ".join(failures)
             + ". Check the strategy's configuration in result.json (strategy_config), and its "
             "model_states check: a strategy that does not shard what its name says peaks higher.",

@@ -65,7 +65,8 @@ def check_step_time_cv(result: Mapping[str, Any], max_cv: float) -> CheckOutcome
     return CheckOutcome(
         "step_time_cv",
         None,
-        f"one run ({counted}{result.get('steps')} steps): seed 000's 10% rule compares runs; pass "
+        f"one run ({counted}{result.get('steps')} steps): the 10% rule on the variation between runs "
+        "compares runs; pass "
         f"--llmbench-repeat=2 or more{more} to apply it. Within the run: see mean_interval",
     )
 

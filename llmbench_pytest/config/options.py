@@ -299,8 +299,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "run_unfit",
         "run a configuration whose predicted peak memory (llmbench plan's) exceeds the GPU's memory, or "
-        "--llmbench-vram-limit-gb where given (on a CPU, only that), by more than 10%, instead of "
-        "skipping it with the prediction as the reason.",
+        "--llmbench-vram-limit-gb where given, by more than 10%, instead of skipping it with the "
+        "prediction as the reason (GPU only: on a CPU nothing is skipped).",
         _bool,
         flag=True,
     ),

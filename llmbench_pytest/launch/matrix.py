@@ -150,7 +150,8 @@ def workload_model_mismatch(workload: str, name: str, architecture: str) -> str 
     encdec = [n for n in model_names() if resolve_model(n).architecture == "encdec"]
     if workload == "seq2seq" and architecture != "encdec":
         return (
-            f"the seq2seq workload trains seed 003's encoder-decoder; {name!r} is a decoder-only model. "
+            f"the seq2seq workload trains the encoder-decoder benchmark's model; {name!r} is a "
+            "decoder-only model. "
             f"Pick an encoder-decoder preset: --llmbench-model={' or '.join(encdec)}."
         )
     if workload != "seq2seq" and architecture == "encdec":

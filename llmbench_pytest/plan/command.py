@@ -59,16 +59,25 @@ def plan(
         spec = _spec(name, model, gpus, batch, seq_len, dtype, workload, grad_ckpt)
         at_batch = predict_spec(spec, preset)
         one = predict_spec(dataclasses.replace(spec, per_device_batch=1), preset) if batch > 1 else at_batch
-        per_seq = (at_batch.allocated_gb - one.allocated_gb) / (batch - 1) if batch > 1 else _activation(one)
-        fixed = one.allocated_gb - per_seq
-        room = capacity / RESERVED_OVER_ALLOCATED - fixed
-        largest = max(0, math.floor(room / per_seq)) if per_seq > 0 else 0
-        out.append(PlanRow(name, at_batch, per_seq, largest))
+        out.append(PlanRow(name, at_batch, *_largest_batch(at_batch, one, batch, capacity)))
     return gpu_name, capacity, out
 
 
 def _activation(p: PeakPrediction) -> float:
     return p.parts["activations"] + p.parts["temporaries"]
+
+
+def _largest_batch(
+    at_batch: PeakPrediction, one: PeakPrediction, batch: int, capacity: float
+) -> tuple[float, int]:
+    """(GB per sequence, the largest batch whose predicted reserved memory fits): the end of forward
+    grows with the batch (activations, temporaries), the optimizer step does not."""
+    room = capacity / RESERVED_OVER_ALLOCATED
+    per_seq = (_activation(at_batch) - _activation(one)) / (batch - 1) if batch > 1 else _activation(one)
+    if one.step_gb > room or per_seq <= 0:
+        return per_seq, 0
+    fixed = one.parts["model_states"] + one.parts["buffers"] + _activation(one) - per_seq
+    return per_seq, max(0, math.floor((room - fixed) / per_seq))
 
 
 def format_table(model: str, gpu_name: str, capacity: float, gpus: int, batch: int, seq_len: int,
@@ -83,8 +92,8 @@ def format_table(model: str, gpu_name: str, capacity: float, gpus: int, batch: i
         p = r.prediction
         parts = p.parts
         lines.append(
-            f"{r.strategy:<15}{parts['model_states']:>8.1f}{parts['activations']:>8.1f}{parts['temporaries']:>8.1f}"
-            f"{parts['buffers']:>9.2f}{p.allocated_gb:>8.1f}{p.reserved_gb:>10.1f}  "
+            f"{r.strategy:<15}{parts['model_states']:>8.2f}{parts['activations']:>8.2f}{parts['temporaries']:>8.2f}"
+            f"{parts['buffers']:>9.2f}{p.allocated_gb:>8.2f}{p.reserved_gb:>10.2f}  "
             f"{'yes' if p.fits(capacity) else 'no':<5}"
             f"{r.largest_batch:>14}"
         )
@@ -93,7 +102,7 @@ def format_table(model: str, gpu_name: str, capacity: float, gpus: int, batch: i
         "GB per GPU (1e9 bytes). Predicted peak: model states resident at the end of forward, a traced",
         f"step's activations and temporaries, the strategy's buffers; reserved = allocated x "
         f"{RESERVED_OVER_ALLOCATED}.",
-        "Checked against 88 measured GPU runs: docs/results/2026-11-25-peak-prediction in the repository.",
+        "Checked against 96 measured GPU runs: docs/results/2026-11-25-peak-prediction in the repository.",
     ]
     return "\n".join(lines)
 

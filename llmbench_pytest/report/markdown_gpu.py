@@ -101,9 +101,14 @@ def memory_section(configs: Sequence[Config], runs: Sequence[Run]) -> list[str]:
         ("predicted GB", lambda c: fmt.gb(c.mean("model_state_predicted_gb"))),
         ("gap", _gap_cell),
         (memory_header(shown)[0], lambda c: fmt.gb(c.memory_gb)),
-        ("peak predicted GB", lambda c: fmt.gb(c.mean("peak_predicted_gb"))),
-        ("peak gap", _peak_gap_cell),
     ]
+    if any(
+        c.mean("peak_predicted_gb") is not None for c in shown
+    ):  # results older than the prediction lack it
+        columns += [
+            ("peak predicted GB", lambda c: fmt.gb(c.mean("peak_predicted_gb"))),
+            ("peak gap", _peak_gap_cell),
+        ]
     out += ["", *_table(shown, configs, columns)]
     flagged = [r for r in runs if r.ok and r.data.get("model_state_flag")]
     if flagged:

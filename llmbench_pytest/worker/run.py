@@ -158,7 +158,7 @@ def _train(
     with _timed(phases, "predict_sec"):
         predicted, record = _predict_peak(spec, preset, log)
     held["summary"] = {"predicted_peak": record}
-    _refuse_unfit(spec, ctx.device, predicted)
+    refuse_unfit(spec, ctx.device, predicted)
     with _timed(phases, "build_sec"):
         built = held["built"] = build_model(spec, preset, ctx.device)
     held["summary"] = {**built.summary, "predicted_peak": record}
@@ -207,16 +207,17 @@ def _predict_peak(
     return predicted, predicted.to_dict()
 
 
-def _refuse_unfit(spec: RunSpec, device: torch.device, predicted: PeakPrediction | None) -> None:
-    """Skip, before anything is allocated, a configuration predicted to exceed the memory it has (the
-    GPU's, or --llmbench-vram-limit-gb where given) by more than UNFIT_MARGIN: minutes of OOMs
-    answer nothing the prediction does not. --llmbench-run-unfit runs it anyway."""
-    if predicted is None or spec.run_unfit:
+def refuse_unfit(spec: RunSpec, device: torch.device, predicted: PeakPrediction | None) -> None:
+    """On a GPU, skip before anything is allocated a configuration predicted to exceed the memory it
+    has (--llmbench-vram-limit-gb where given, else the GPU's) by more than UNFIT_MARGIN: minutes
+    of OOMs answer nothing the prediction does not. --llmbench-run-unfit runs it anyway. On a CPU
+    the prediction is a GPU's and the limit is the process's RSS: nothing is skipped there."""
+    if predicted is None or spec.run_unfit or device.type != "cuda":
         return
     limit, what = spec.memory_limit_gb, "--llmbench-vram-limit-gb"
-    if limit is None and device.type == "cuda":
+    if limit is None:
         limit, what = torch.cuda.get_device_properties(device).total_memory / 1e9, "GPU's memory"
-    if limit is None or not predicted.clearly_unfit(limit):
+    if not predicted.clearly_unfit(limit):
         return
     parts = ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in predicted.parts.items())
     raise TechniqueUnavailable(

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..dist import DistContext
 
 # DeepSpeed's op builder parses TORCH_CUDA_ARCH_LIST entries as integers and so rejects the
-# arch-specific suffixes PyTorch accepts ("9.0a" for Hopper: DeepSpeed issue 7589). Its kernels
+# arch-specific suffixes PyTorch accepts ("9.0a" for Hopper: deepspeedai/DeepSpeed#7589). Its kernels
 # use nothing sm_90a-only, so the plain architecture builds code that runs on the same GPU.
 _ARCH_SUFFIX = re.compile(r"^(\d+\.\d+)[a-z]+(\+PTX)?$")
 
@@ -157,7 +157,8 @@ class DeepSpeedStrategy:
             out["torch_cuda_arch_list"] = {
                 "given": self.arch_list_before,
                 "used": os.environ.get("TORCH_CUDA_ARCH_LIST"),
-                "why": "DeepSpeed's op builder rejects arch suffixes such as 9.0a (DeepSpeed issue 7589)",
+                "why": "DeepSpeed's op builder rejects arch suffixes such as 9.0a "
+                "(deepspeedai/DeepSpeed#7589)",
             }
         return out
 
