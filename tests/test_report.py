@@ -312,14 +312,41 @@ def test_repeats_are_averaged_and_mixed_commits_are_said(tmp_path: Path) -> None
     # mean of 1,024 and 1,280 tokens/s; one row for the configuration, two rows in metrics.csv
     assert_lines(proc.stdout, "zero2 *2 *1,152 *0.4500*")
     md = (root / "summary" / "BENCHMARK_REPORT.md").read_text()
-    assert (
-        "> These runs come from 2 commits (aaaaaaaaaa, bbbbbbbbbb): a configuration run more than once" in md
-    )
+    # results that name no session (written before sessions were) are one session, as before
+    assert "> These runs come from 2 commits (aaaaaaaaaa, bbbbbbbbbb): a configuration run in several" in md
     with open(root / "summary" / "metrics.csv") as fh:
         assert [r["run"] for r in csv.DictReader(fh)] == [
             "bench-h-zero2-ws2-seq128",
             "bench-h-zero2-ws2-seq128-r2",
         ]
+
+
+def test_two_sessions_of_one_configuration_are_not_averaged_as_repeats(tmp_path: Path) -> None:
+    # the same command run twice into one folder: before 0.50 s a step, after the change 0.40 s,
+    # and the second session repeated its run (two repeats of 0.40 and 0.42)
+    root = tmp_path / "r"
+    root.mkdir()
+    runs = [("s-before", "2026-11-24T10:00:00+0000", 0.50), ("s-after", "2026-11-24T11:00:00+0000", 0.40)]
+    runs.append(("s-after", "2026-11-24T11:01:00+0000", 0.42))
+    for k, (session, started, step) in enumerate(runs, start=1):
+        r = make_result("zero2", 2, step=step)
+        r["metadata"].update(session=session, started_at=started)
+        write_run(root, r, repeat=k)
+    proc = llmbench("report", root, "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    # the newest session's two repeats only: mean of 1,280 and 1,219 tokens/s, never with the 1,024 before
+    assert_lines(proc.stdout, "zero2 *2 *1,250 *0.4100*")
+    warning = (
+        "llmbench report: warning: zero2 ws2 llama-tiny seq128: runs from 2 sessions; read only the newest, "
+        "session s-after (2 run(s)), and left out s-before (1 run(s), 2026-11-24T10:00:00+0000)."
+    )
+    assert warning in proc.stderr
+    md = (root / "summary" / "BENCHMARK_REPORT.md").read_text()
+    assert "> 1 configuration(s) ran in more than one session here; each is read from its newest" in md
+    # the gate reads a folder the same way: the older session is not a repeat of the newer
+    gate = llmbench("gate", "--baseline", root, "--current", root)
+    assert "WARNING: zero2 ws2 llama-tiny seq128: runs from 2 sessions; read only the newest" in gate.stdout
+    assert "tokens/s 1,250 -> 1,250" in gate.stdout  # the newest session's mean each side, not 1,174
 
 
 def test_cpu_results_are_labelled_smoke_with_host_rss_and_mfu_reason(tmp_path: Path) -> None:

@@ -135,6 +135,10 @@ def test_two_workers_share_the_node_and_the_controller_reports_once(bench):
     assert {s["worker"] for s in shares} == {"gw0", "gw1"}
     assert all(s["workers"] == 2 and s["device"] == "cpu" and len(s["devices"]) == 1 for s in shares)
     assert shares[0]["devices"] != shares[1]["devices"]  # disjoint cores
+    # one session as the user started it: both workers name it alike, so a report reads their
+    # runs together and never takes an earlier session's runs for repeats of these
+    sessions = {runs[s]["metadata"]["session"] for s in ("ddp", "zero2")}
+    assert len(sessions) == 1 and len(sessions.pop()) == 8
     (start_a, end_a), (start_b, end_b) = (_interval(runs[s]) for s in ("ddp", "zero2"))
     assert max(start_a, start_b) < min(end_a, end_b), "the two configurations did not run at once"
     # one report, over both workers' runs

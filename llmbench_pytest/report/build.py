@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import markdown, metrics_csv
 from .collect import SUMMARY_DIR, Collection, load_results
-from .configs import Config, ConfigKey, config_key, group_configs
+from .configs import Config, ConfigKey, config_key, group_configs, one_session_each
 from .recommend import PatternRules, Recommendation, recommend
 from .scaling import Scaling, scaling_table
 from .table import summary_table
@@ -44,6 +44,7 @@ class Report:
     ) -> Report:
         """Raises ReportError when the folder is missing or holds no readable result."""
         collection = load_results(results_dir, only)
+        collection.runs, collection.left_out = one_session_each(collection.runs)
         rules = rules or PatternRules()
         configs = group_configs(collection.runs)
         scaling = scaling_table(configs)
@@ -95,7 +96,7 @@ def write_report(
     root = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else (root if root.is_dir() else root.parent) / SUMMARY_DIR
     out.mkdir(parents=True, exist_ok=True)
-    warnings = list(report.collection.problems)
+    warnings = [*report.collection.problems, *report.collection.left_out]
 
     runs = sorted(report.collection.runs, key=lambda r: (config_key(r).sort_key(), r.order))
     csv_path = metrics_csv.write(out / CSV_FILE, runs, report.scaling)

@@ -138,6 +138,9 @@ class Collection:
     """Every readable result file, in path order."""
     problems: list[str] = field(default_factory=list)
     """One line per unreadable file: its path and why."""
+    left_out: list[str] = field(default_factory=list)
+    """One line per configuration run in several sessions: the older sessions' runs left out
+    (configs.one_session_each)."""
 
     def __iter__(self) -> Iterator[Run]:
         return iter(self.runs)

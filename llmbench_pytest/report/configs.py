@@ -104,6 +104,41 @@ def config_key(run: Run) -> ConfigKey:
     )
 
 
+def one_session_each(runs: Iterable[Run]) -> tuple[list[Run], list[str]]:
+    """Runs of one configuration from several pytest sessions (the same command run twice into one
+    folder) are not repeats of each other, and are never averaged as such: the newest session's
+    are kept, and a note names the sessions left out. Repeats are the runs of one session
+    (--llmbench-repeat). Results written before sessions were named count as one session."""
+    by_config: dict[ConfigKey, dict[str, list[Run]]] = {}
+    for run in runs:
+        meta = run.data.get("metadata") or {}
+        by_config.setdefault(config_key(run), {}).setdefault(
+            str(meta.get("session") or "unnamed"), []
+        ).append(run)
+    kept: list[Run] = []
+    notes: list[str] = []
+    for key, sessions in by_config.items():
+        newest = max(sessions, key=lambda s: max(_started(r) for r in sessions[s]))
+        kept += sessions[newest]
+        if len(sessions) > 1:
+            older = ", ".join(f"{s} ({len(sessions[s])} run(s), {min(_started(r) for r in sessions[s])})"
+                              for s in sessions if s != newest)  # fmt: skip
+            notes.append(
+                f"{key.strategy} ws{key.world_size} {key.model} seq{key.seq_len}: runs from {len(sessions)} "
+                f"sessions; read only the newest, session {newest} ({len(sessions[newest])} run(s)), "
+                f"and left out {older}. Runs of separate sessions are not repeats: give each session "
+                "its own --llmbench-results-dir and compare them with `llmbench compare A B` or "
+                "`llmbench gate --baseline A --current B`."
+            )
+    order = {id(r): i for i, r in enumerate(runs)} if isinstance(runs, list) else {}
+    kept.sort(key=lambda r: order.get(id(r), 0))
+    return kept, notes
+
+
+def _started(run: Run) -> str:
+    return str((run.data.get("metadata") or {}).get("started_at") or "")
+
+
 @dataclass(frozen=True)
 class Config:
     """One configuration: its runs and their numbers (means over the runs that finished)."""

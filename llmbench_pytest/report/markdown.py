@@ -41,13 +41,21 @@ def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:
             f"{len(collection.problems)} result file(s) could not be read and are left out "
             "(listed under *Unreadable result files*)."
         )
+    if collection.left_out:
+        out += [
+            "",
+            f"> {len(collection.left_out)} configuration(s) ran in more than one session here; each is read "
+            "from its newest session only (runs of separate sessions are not repeats):",
+            *[f"> - {line}" for line in collection.left_out],
+        ]
     commits = collection.commits
     if len(commits) > 1:
         out += [
             "",
             f"> These runs come from {len(commits)} commits ({', '.join(commits[:5])}"
-            f"{', ...' if len(commits) > 5 else ''}): a configuration run more than once is averaged "
-            "across them. To see one commit alone, report a fresh results folder.",
+            f"{', ...' if len(commits) > 5 else ''}): a configuration run in several sessions is read from "
+            "its newest (results written before sessions were named are averaged across them). To see "
+            "one commit alone, report a fresh results folder.",
         ]
     compiled = sum(bool(r.data.get("compile")) for r in collection.runs)
     if compiled:

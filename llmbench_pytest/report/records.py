@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from ..analysis.stats import mean_of, relative_spread
 from .collect import ReportError, commits_of, find_result_files, judged, load_results
+from .configs import one_session_each
 
 
 class RecordKey(NamedTuple):
@@ -287,9 +288,10 @@ def records_from_results(
 
 def _from_results_dir(path: Path) -> RecordSet:
     collection = load_results(path)
-    records = [record_from_result(run.data, str(run.path)) for run in collection.runs]
+    runs, notes = one_session_each(collection.runs)
+    records = [record_from_result(run.data, str(run.path)) for run in runs]
     return RecordSet(
-        path, "results", merge_repeats(records), list(collection.problems), commits=collection.commits
+        path, "results", merge_repeats(records), [*collection.problems, *notes], commits=collection.commits
     )
 
 

@@ -89,6 +89,7 @@ def build_result(
             "test": meta.get("test"),
             "started_at": meta.get("started_at"),
             "finished_at": meta.get("finished_at"),
+            "session": meta.get("session"),
         },
         "schema_version": SCHEMA_VERSION,
     }

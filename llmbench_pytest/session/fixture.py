@@ -81,6 +81,7 @@ class LlmbenchFixture:
             "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
             "test": self.request.node.nodeid,
             "started_at": now_iso(),
+            "session": self.session.session_id,
             "mode": mode,
             "nodes": env.nnodes if mode == "in-rank" else 1,
             "ranks_per_node": env.local_world_size if mode == "in-rank" else self.spec.world_size,

@@ -5,6 +5,9 @@ Imports no torch at module level; the process group is made on first use.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,12 +26,25 @@ if TYPE_CHECKING:
     from .progress import Progress
 
 
+def session_id(config: pytest.Config) -> str:
+    """One id per session as the user started it: pytest-xdist's workers share their run's id,
+    torchrun's ranks their rendezvous id; otherwise a fresh one."""
+    shared = (getattr(config, "workerinput", None) or {}).get("testrunuid")
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if not shared and run_id and run_id != "none":
+        shared = run_id
+    return hashlib.sha1((shared or uuid.uuid4().hex).encode()).hexdigest()[:8]
+
+
 class LlmbenchSession:
     def __init__(self, config: pytest.Config, options: SessionOptions, env: RankEnv) -> None:
         self.config = config
         self.options = options
         self.env = env
         self.results_dir = Path(config.invocation_params.dir, options.results_dir)
+        self.session_id = session_id(config)
+        """Names this pytest session in every result it writes: a report never takes the runs of
+        two sessions for repeats of one (report/configs.one_session_each)."""
         self._ctx: DistContext | None = None
         self._ranks: RankPool | None = None
         self._peers: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
