@@ -144,3 +144,17 @@ def test_the_batch_search_starts_where_the_prediction_says_the_largest_batch_is(
     assert peak_model.largest_batch(recorded, 8, 80.0) == 14  # (80 / 1.11 - 13.37) / 4.045
     assert peak_model.largest_batch(recorded, 8, 15.0) == 1  # never below one sequence
     assert peak_model.largest_batch({"error": "not traced"}, 8, 80.0) is None
+
+
+def test_the_check_fails_a_run_holding_more_than_predicted_and_flags_one_holding_less():
+    from llmbench_pytest.checks import check_peak_prediction
+
+    parts = {"model_states": 13.35, "activations": 28.17, "temporaries": 4.19, "buffers": 0.02}
+    run = {"device": "cuda", "peak_predicted_gb": 45.73, "peak_prediction": {"parts": parts}}
+    assert check_peak_prediction({**run, "peak_vram_gb": 44.70}).passed is True  # measured 2026-11-22
+    # an earlier run's 10 GB left on the device: more than the configuration explains
+    held = check_peak_prediction({**run, "peak_vram_gb": 54.70})
+    assert held.passed is False and "window_start_allocated_gb" in held.message and "+19.6%" in held.message
+    leaner = check_peak_prediction({**run, "peak_vram_gb": 36.0})
+    assert leaner.passed is None and "flagged" in leaner.message
+    assert check_peak_prediction({**run, "device": "cpu", "peak_vram_gb": None}).passed is None

@@ -183,9 +183,11 @@ def _cause(result: Mapping[str, Any], excess_gb: float, where: str) -> str:
 
 
 def check_peak_prediction(result: Mapping[str, Any]) -> CheckOutcome:
-    """The measured peak allocated against the peak predicted before the run (plan/predict.py):
-    beyond PEAK_TOLERANCE the prediction missed something, and the parts say where to look. On a
-    CPU there is no verdict: the peak there is the process's resident set, libraries included."""
+    """The measured peak allocated against the peak predicted before the run (plan/predict.py).
+    More than PEAK_TOLERANCE above it fails: the run holds memory its configuration does not explain,
+    and the parts say where to look. More than that below it is flagged without a verdict (the
+    prediction over-counts; the run is not at fault). On a CPU there is no verdict: the peak there
+    is the process's resident set, libraries included."""
     from ..analysis.peak_model import PEAK_TOLERANCE
 
     name = "peak_prediction"
@@ -207,10 +209,17 @@ def check_peak_prediction(result: Mapping[str, Any]) -> CheckOutcome:
     text = f"peak allocated {measured:.3f} GB, predicted {predicted:.3f} GB ({parts} GB), {gap:+.1%}"
     if abs(gap) <= PEAK_TOLERANCE:
         return CheckOutcome(name, True, f"{text}, within {PEAK_TOLERANCE:.0%}", measured, predicted)
+    if gap < 0:
+        # leaner than predicted: the prediction over-counts (LoRA under FSDP and ZeRO-2 on a 7B model
+        # at -20%, docs/results/2026-11-25-peak-prediction); flagged, never held against the run
+        return CheckOutcome(
+            name, None, f"{text}: flagged, the run holds less than the prediction, which over-counts "
+            "this configuration", measured, predicted,
+        )  # fmt: skip
     return CheckOutcome(
-        name, False, f"{text}, beyond {PEAK_TOLERANCE:.0%}: the run holds "
-        f"{'more' if gap > 0 else 'less'} than its configuration predicts; compare its "
-        "window_start_allocated_gb "
-        "(what was held before the window) and its model_state_gb with the parts",
+        name, False, f"{text}, beyond {PEAK_TOLERANCE:.0%}: the run holds more than its configuration "
+        "explains. Compare its window_start_allocated_gb (what the process held before the window) and "
+        "model_state_gb with the parts; another process's memory, a leftover of an earlier run or a "
+        "setting the prediction does not know are the likely causes",
         measured, predicted,
     )  # fmt: skip
