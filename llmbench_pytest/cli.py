@@ -91,6 +91,7 @@ def _gate(args: argparse.Namespace) -> int:
 
 
 def _ops(args: argparse.Namespace) -> int:
+    import json
     import logging
 
     from .worker.ops import BUILDERS, build_ahead, default_ahead
@@ -102,7 +103,10 @@ def _ops(args: argparse.Namespace) -> int:
         raise ReportError(f"--ops {','.join(unknown)}: unknown op; choose from {', '.join(BUILDERS)}")
     logging.basicConfig(level=logging.INFO, format="llmbench ops: %(message)s", stream=sys.stderr)
     failed = 0
-    for name, got in build_ahead(names, device, logging.getLogger("llmbench")).items():
+    built = build_ahead(names, device, logging.getLogger("llmbench"))
+    if args.json:  # for a session that started this build beside its configurations
+        Path(args.json).write_text(json.dumps(built, indent=1))
+    for name, got in built.items():
         if "error" in got:
             failed += 1
             print(f"{name}: not built: {got['error']}")
@@ -323,6 +327,7 @@ def _add_ops(sub: Any) -> None:
         "--device", choices=("cpu", "cuda"), help="build for this device (default: cuda if one is visible)"
     )
     ops.add_argument("--nvme", action="store_true", help="also async I/O, for zero3_nvme")
+    ops.add_argument("--json", metavar="FILE", help="also write each op's time and whether it was compiled")
     ops.add_argument(
         "--ops", metavar="NAMES", help="exactly these, comma-separated: shm_comm, cpu_adam, async_io"
     )

@@ -379,6 +379,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError("\n".join(errors))
     s = get_session(session.config)
     _look_at_gpus(session, s)  # before any rank starts, and before check_collection's process group
+    _build_ops_ahead(session, s)
     if s.env.under_torchrun and s.world_size > 1:
         from .session.agreement import check_collection
 
@@ -394,6 +395,37 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     s.progress = progress.for_session(session.config, plan, writer, in_rank=s.mode != "launcher")
 
 
+def _selected_specs(session: pytest.Session) -> list[Any]:
+    """The RunSpec of every selected benchmark that will train (not skipped at collection)."""
+    return [
+        spec
+        for item in session.items
+        if "llmbench" in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("skip") is None
+        and (spec := getattr(getattr(item, "callspec", None), "params", {}).get("llmbench")) is not None
+    ]
+
+
+def _build_ops_ahead(session: pytest.Session, s: LlmbenchSession) -> None:
+    """Start the DeepSpeed op builds the selected configurations need, beside the first ones
+    (session/ops_ahead.py): from one process per machine (not a pytest-xdist controller, only the
+    first worker, under torchrun only local rank 0)."""
+    config = session.config
+    if config.option.collectonly or xdist.is_controller(config) or s.env.local_rank != 0:
+        return
+    if xdist.is_worker(config) and xdist.worker_id(config)[0] != "gw0":
+        return
+    from .session import ops_ahead
+
+    device = s.hardware().device
+    if not ops_ahead.wanted(s.options.ops_ahead, device):
+        return
+    specs = [spec for spec in _selected_specs(session) if hasattr(spec, "offload")]
+    names = ops_ahead.needed(specs, device)
+    if names:
+        s.ops_build = ops_ahead.start(names, device, s.results_dir)
+
+
 def _look_at_gpus(session: pytest.Session, s: LlmbenchSession) -> None:
     """Look before training: another process on the GPUs the selected benchmarks will train on
     stops the session with one line, or is waited for (--llmbench-wait-for-gpus). Nothing is
@@ -401,13 +433,7 @@ def _look_at_gpus(session: pytest.Session, s: LlmbenchSession) -> None:
     config = session.config
     if config.option.collectonly or xdist.is_controller(config):
         return
-    sizes = [
-        getattr(spec, "world_size", 1)
-        for item in session.items
-        if "llmbench" in getattr(item, "fixturenames", ())
-        and item.get_closest_marker("skip") is None
-        and (spec := getattr(getattr(item, "callspec", None), "params", {}).get("llmbench")) is not None
-    ]
+    sizes = [getattr(spec, "world_size", 1) for spec in _selected_specs(session)]
     if not sizes or s.hardware().device != "cuda":
         return
     from .config.nvml import NvmlUnavailable
@@ -496,6 +522,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if s is None:
         return
     s.progress.close()
+    if s.ops_build is not None:
+        s.summary_lines.extend(s.ops_build.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED))
+        s.ops_build = None
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         s.interrupted = True
         return

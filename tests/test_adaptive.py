@@ -6,6 +6,7 @@ still measures exactly that many. And the profiled steps run only where the repo
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,10 @@ from llmbench_pytest.config.hardware import Hardware
 from llmbench_pytest.config.options import SessionOptions
 from llmbench_pytest.config.spec import RunSpec, SpecError
 from llmbench_pytest.launch.matrix import PROFILED_STEPS, build_matrix, profile_steps_for
-from llmbench_pytest.worker.adaptive import StopRule
+from llmbench_pytest.report.collect import load_results
+from llmbench_pytest.report.configs import group_configs
+from llmbench_pytest.report.table import window_cell
+from llmbench_pytest.worker.adaptive import BUDGET, PRECISION, StopRule, stop_reason
 
 
 def spec(**kw) -> RunSpec:
@@ -93,6 +97,11 @@ def test_loose(llmbench):
 @pytest.mark.llmbench(strategies="fsdp", min_steps=4, max_steps=10, precision=0.00001)
 def test_strict(llmbench):
     llmbench.train()
+
+
+@pytest.mark.llmbench(strategies="ddp", min_steps=4, max_steps=10, precision=0.00001, window_budget=0.001)
+def test_budgeted(llmbench):
+    llmbench.train()
 """
 
 
@@ -108,10 +117,10 @@ def measured_session(shared_bench):
         "-v",
         env={"LLMBENCH_INJECT_FAULT": "ddp:slow=0.5"},
     )
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     # each run by the benchmark that trained it
     runs = {r["metadata"]["test"].split("::")[1].split("[")[0]: r for r in saved_results(bench.path)}
-    assert sorted(runs) == ["test_fixed", "test_loose", "test_strict"]
+    assert sorted(runs) == ["test_budgeted", "test_fixed", "test_loose", "test_strict"]
     return bench, runs
 
 
@@ -139,6 +148,32 @@ def test_adaptive_stops_at_the_precision_or_at_the_cap_and_says_which(measured_s
     assert strict["mode"] == "adaptive" and strict["target_precision"] == 0.00001
     assert strict["stopped"] == "cap" and strict["steps"] == 10 == len(runs["test_strict"]["step_times_sec"])
     assert strict["precision"] > 0.00001
+
+
+@pytest.mark.xdist_group(MEASURED)
+def test_a_time_budget_stops_the_window_with_the_precision_it_has(measured_session):
+    bench, runs = measured_session
+    budgeted = runs["test_budgeted"]["timing"]["measurement"]
+    # the same impossible target as test_strict; the budget (a millisecond) ends it at the first
+    # check point instead of the cap, and the result says so with the precision reached
+    assert budgeted["budget_s"] == 0.001 and budgeted["stopped"] == "budget" and budgeted["steps"] == 4
+    assert budgeted["precision"] > budgeted["target_precision"]
+    # the report's summary says how well each mean is known, and what ended a window short of it
+    configs = {r.data["metadata"]["test"].split("::")[1].split("[")[0]: group_configs([r])[0]
+               for r in load_results(bench.path / "results").runs}  # fmt: skip
+    assert window_cell(configs["test_budgeted"]).endswith("% budget")
+    assert window_cell(configs["test_strict"]).endswith("% cap")
+    assert window_cell(configs["test_loose"]).endswith("%")  # the target reached: no reason shown
+    assert window_cell(configs["test_fixed"]).endswith("% fixed")
+
+
+def test_the_budget_is_checked_after_the_precision_and_only_from_the_minimum():
+    rule = StopRule(adaptive=True, min_steps=10, cap=100, target=0.01, every=5, budget_s=20.0)
+    assert stop_reason(rule, 5, 0.5, 30.0) is None  # below the minimum nothing stops it
+    assert stop_reason(rule, 10, 0.005, 30.0) == PRECISION  # both met: the precision is the reason
+    assert stop_reason(rule, 10, 0.05, 20.0) == BUDGET
+    assert stop_reason(rule, 10, 0.05, 19.9) is None
+    assert stop_reason(replace(rule, budget_s=0.0), 50, 0.05, 1e9) is None  # no budget: only the cap
 
 
 TWO_RANKS = "two_rank_session"
@@ -216,3 +251,9 @@ def test_profiled_steps_run_where_the_report_shows_their_figures():
 def test_gpu_defaults_are_adaptive_between_10_and_100_steps():
     (entry,) = build_matrix(SessionOptions(strategies=("ddp",)), hw("cuda", 1), [1], launched=True)
     assert (entry.spec.min_steps, entry.spec.steps, entry.spec.precision) == (10, 100, 0.01)
+    assert entry.spec.window_budget_s == 20.0
+    # a CPU has no budget by default (its cap is small); given, it applies there too
+    (cpu,) = build_matrix(SessionOptions(strategies=("ddp",)), hw("cpu"), [1], launched=True)
+    assert cpu.spec.window_budget_s == 0.0
+    given = SessionOptions(strategies=("ddp",), window_budget=5.0)
+    assert build_matrix(given, hw("cpu"), [1], launched=True)[0].spec.window_budget_s == 5.0

@@ -16,8 +16,14 @@ from llmbench_pytest.results.schema import SEED_FIELDS
 def default_matrix(shared_bench):
     """The card's command with its defaults, once: every strategy at world sizes 1 and 2."""
     bench = shared_bench("default_matrix")
+    # the DeepSpeed ops built beside the first configurations, as on a GPU (there: the default)
     result = bench.runpytest_subprocess(
-        "benchmarks", "--benchmark-autosave", "--benchmark-storage=file://./store", "-v", "-rs"
+        "benchmarks",
+        "--benchmark-autosave",
+        "--benchmark-storage=file://./store",
+        "-v",
+        "-rs",
+        "--llmbench-ops-ahead=yes",
     )
     return bench, result
 
@@ -68,6 +74,10 @@ def test_default_matrix_every_strategy_at_world_sizes_1_and_2(default_matrix):
         scaling = next(c for c in runs[f"{name}-ws2"]["checks"] if c["name"] == "scaling")
         assert scaling["passed"] is None and scaling["measured"] > 0 and "weak scaling" in scaling["message"]
     assert runs["zero3-ws1"]["strategy_config"]["deepspeed_config"]["zero_optimization"]["stage"] == 3
+    # the ops the matrix needs were built (here: found built) beside it, and said so apart
+    ahead = json.loads((bench.path / "results" / "ops-ahead.json").read_text())
+    assert set(ahead) == {"shm_comm", "cpu_adam"} and all(o["sec"] > 0 for o in ahead.values())
+    result.stdout.fnmatch_lines(["DeepSpeed ops built beside the first configurations*cpu_adam*"])
     assert runs["zero2_offload-ws2"]["strategy_config"]["deepspeed_config"]["zero_optimization"][
         "offload_optimizer"
     ]

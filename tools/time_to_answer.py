@@ -99,10 +99,20 @@ def _row(data: dict[str, Any]) -> dict[str, Any]:
         "other": total - known if total is not None else None,
         # compiled here (not loaded from an earlier build): paid once per machine
         "ops_compiled_sec": sum(o.get("sec", 0.0) for o in ops.values() if o.get("compiled")),
+        # waited for a build started beside the first configurations (--llmbench-ops-ahead)
+        "ops_waited_sec": sum(o.get("waited_sec") or 0.0 for o in ops.values()),
         "steps": data.get("steps"),
         "stopped": measurement.get("stopped"),
         "precision": measurement.get("precision"),
     }
+
+
+def _ops_ahead(results_dir: Path) -> dict[str, Any] | None:
+    """What the session's background op build wrote (session/ops_ahead.py), if it ran."""
+    try:
+        return json.loads((results_dir / "ops-ahead.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def collect(results_dir: Path) -> list[dict[str, Any]]:
@@ -177,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = collect(results_dir)
     measuring = sum(r["window"] or 0.0 for r in rows)
     builds = sum(r["ops_compiled_sec"] for r in rows)
+    waited = sum(r["ops_waited_sec"] for r in rows)
+    ahead = _ops_ahead(results_dir)
     figures = {
         "command": command,
         "exit_code": code,
@@ -185,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         "measuring_share": measuring / wall if wall > 0 else None,
         "ops_compiled_sec": builds,
         "wall_sec_without_op_builds": wall - builds,
+        "ops_ahead": ahead,
+        "ops_waited_sec": waited,
         "configurations": len(rows),
         "load_average_before": load_before,
         "load_average_after": load_after,
@@ -203,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
             f"DeepSpeed ops compiled during the session (once per machine): {builds:.1f} s; "
             f"wall without them {wall - builds:.1f} s"
         )
+    if ahead:
+        each = ", ".join(f"{n} {'compiled' if o.get('compiled') else 'loaded'} in {o.get('sec', 0):.1f} s"
+                         for n, o in ahead.items())  # fmt: skip
+        print(f"DeepSpeed ops built beside the configurations from the session's start: {each}; "
+              f"configurations waited {waited:.1f} s for them")  # fmt: skip
     missed = []
     finished = code not in UNFINISHED
     if args.goal_wall is not None:

@@ -283,6 +283,14 @@ SETTINGS: tuple[Setting, ...] = (
         "N",
     ),
     Setting(
+        "window_budget",
+        "adaptive measurement: stop once the measured steps add up to this many seconds, even if the "
+        "precision is not reached; the result says which stopped it and the precision reached; 0 for "
+        "no budget (default: 20 on GPU, none on CPU).",
+        _non_negative_float,
+        "SECONDS",
+    ),
+    Setting(
         "isolate",
         "start a fresh torchrun group for every configuration instead of keeping the ranks of a world "
         "size warm from one configuration to the next (launcher mode).",
@@ -375,6 +383,15 @@ SETTINGS: tuple[Setting, ...] = (
         "refusing to start (default: refuse at once).",
         _non_negative_float,
         "SECONDS",
+    ),
+    Setting(
+        "ops_ahead",
+        "build the DeepSpeed ops the selected configurations need (CPU Adam for offload, async I/O for "
+        "NVMe) in the background from the session's start, beside the configurations that need none; "
+        "the build's time is reported apart. auto: on a GPU only (default); yes: on any device; no: each "
+        "rank builds an op when it first needs it.",
+        _choice("auto", "yes", "no"),
+        "auto|yes|no",
     ),
     Setting(
         "device",
@@ -576,6 +593,7 @@ class SessionOptions:
     precision: float = 0.01
     min_steps: int | None = None
     max_steps: int | None = None
+    window_budget: float | None = None
     isolate: bool = False
     dtype: str = "auto"
     grad_ckpt: bool = False
@@ -620,6 +638,7 @@ class SessionOptions:
     lr: float = 1e-3
     seed: int = 1234
     wait_for_gpus: float | None = None
+    ops_ahead: str = "auto"
     explicit: tuple[str, ...] = ()
     """The settings passed on the command line (PYTEST_ADDOPTS included), in the order given. A
     timing bound given there is applied on CPU too, with the caveat that CPU timings are smoke

@@ -173,6 +173,9 @@ class RunSpec:
     is known to `precision`, at most `steps`. 0: exactly `steps` steps."""
     precision: float = 0.01
     """Adaptive measurement's target: the relative half-width of the mean's 95% interval."""
+    window_budget_s: float = 0.0
+    """Adaptive measurement: stop once the measured steps add up to this many seconds, the target
+    unmet (0: no budget)."""
     dtype: Dtype
     """Compute precision: bf16 or fp16 mixed precision with fp32 master weights, or fp32."""
     world_size: int = 1
@@ -251,6 +254,8 @@ class RunSpec:
             raise SpecError(
                 f"precision must be between 0 and 1 (a fraction of the mean); got {self.precision!r}."
             )
+        if self.window_budget_s < 0:
+            raise SpecError(f"window_budget_s must be 0 (none) or more; got {self.window_budget_s!r}.")
         if not isinstance(self.profile_steps, int) or self.profile_steps < 0:
             raise SpecError(f"profile_steps must be 0 or more; got {self.profile_steps!r}.")
         choices = {

@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 
 CPU_WARMUP, CPU_MIN_STEPS, CPU_MAX_STEPS = 2, 6, 12
 GPU_WARMUP, GPU_MIN_STEPS, GPU_MAX_STEPS = 5, 10, 100
+GPU_WINDOW_BUDGET_S = 20.0
+"""Seconds of measured steps after which an adaptive GPU window stops with the precision it has.
+Chosen by replaying the step times of the GPU runs in docs/results under each budget
+(tools/window_budget.py; docs/results/2026-11-25-window-budget): steady configurations reach 1%
+long before it, and the jittery ones it stops were within their reported precision of their whole
+100-step window. No budget on a CPU, where the step cap is small."""
 """Adaptive measurement (analysis/stats.mean_interval): at least MIN steps, then until the mean
 step time is known to --llmbench-precision, at most MAX. A GPU step of a 1B model is steady to a
 fraction of a percent, so 10 to 20 steps usually reach +-1%; CPU steps on a shared machine swing by
@@ -53,7 +59,7 @@ def profile_steps_for(opts: SessionOptions, cuda: bool, world_size: int, offload
 
 def _measurement_fields(opts: SessionOptions, cuda: bool) -> dict[str, Any]:
     """steps, min_steps and precision: a fixed count with --llmbench-steps, else adaptive."""
-    adaptive = {"min_steps": opts.min_steps, "max_steps": opts.max_steps}
+    adaptive = {"min_steps": opts.min_steps, "max_steps": opts.max_steps, "window_budget": opts.window_budget}
     given = [f"--llmbench-{k.replace('_', '-')}={v}" for k, v in adaptive.items() if v is not None]
     if opts.workload == "seq2seq":  # measured in epochs: the dataset decides the steps (with_epoch_steps)
         # more epochs while the precision is not reached, up to the adaptive cap; epochs given on
@@ -75,7 +81,8 @@ def _measurement_fields(opts: SessionOptions, cuda: bool) -> dict[str, Any]:
             f"adaptive measurement needs --llmbench-min-steps ({low}) <= --llmbench-max-steps ({cap}): "
             f"raise --llmbench-max-steps to {low} or more, or lower --llmbench-min-steps."
         )
-    return {"steps": cap, "min_steps": max(2, low), "precision": opts.precision}
+    budget = opts.window_budget if opts.window_budget is not None else (GPU_WINDOW_BUDGET_S if cuda else 0.0)
+    return {"steps": cap, "min_steps": max(2, low), "precision": opts.precision, "window_budget_s": budget}
 
 
 @dataclass(frozen=True)

@@ -197,6 +197,16 @@ class Config:
         return self.mean("step_time_cv")
 
     @property
+    def window(self) -> tuple[float | None, str | None]:
+        """How well the mean step time is known, and what ended the measured window: the widest
+        relative 95% half-width over the finished runs, and the reasons their windows stopped
+        ('precision', 'budget', 'cap', 'fixed', 'epochs'), joined when they differ."""
+        measured = [m for r in self.ok_runs if (m := (r.data.get("timing") or {}).get("measurement"))]
+        widths = [m["precision"] for m in measured if m.get("precision") is not None]
+        reasons = sorted({str(m.get("stopped")) for m in measured if m.get("stopped")})
+        return (max(widths) if widths else None), ("/".join(reasons) or None)
+
+    @property
     def memory_gb(self) -> float | None:
         """The highest peak of any run: a configuration needs what its hungriest repeat needed."""
         values = [r.memory_gb for r in self.runs if r.memory_gb is not None]

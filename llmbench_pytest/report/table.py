@@ -28,6 +28,7 @@ NUMERIC_COLUMNS = (
     "tokens/s",
     "step s",
     "CV",
+    "mean +-",
     "peak GB",
     "MFU",
     "efficiency",
@@ -69,6 +70,15 @@ def scaling_cell(c: Config, s: Scaling | None) -> str:
     if s.is_baseline(c):
         return "baseline"
     return f"{fmt.pct(s.efficiency, 0)} ({s.mode}, vs ws{s.baseline_ws})"
+
+
+def window_cell(c: Config) -> str:
+    """'+-0.8%' where the window stopped at its precision target, else the reason after it
+    ('+-3.1% budget': the time budget ended it first; 'cap': the step cap; 'fixed': a fixed count)."""
+    width, why = c.window
+    if width is None:
+        return fmt.NA
+    return fmt.pct(width) if why in (None, "precision") else f"{fmt.pct(width)} {why}"
 
 
 def memory_header(configs: Sequence[Config]) -> tuple[str, bool]:
@@ -149,6 +159,7 @@ def summary_rows(
         "tokens/s",
         "step s",
         "CV",
+        "mean +-",
         mem_title,
         "scaling",
         "MFU",
@@ -168,6 +179,7 @@ def summary_rows(
                 fmt.tokens(c.tokens_per_sec),
                 fmt.seconds(c.step_time),
                 fmt.pct(c.step_time_cv),
+                window_cell(c),
                 mem,
                 scaling_cell(c, scaling.get(c.key)),
                 mfu_cell(c),
@@ -186,6 +198,11 @@ def notes(configs: Sequence[Config]) -> list[str]:
     out.extend(f"MFU n/a: {r}" for r in reasons)
     if any(c.key.fp8 != "none" and c.mfu is not None for c in configs):
         out.append(FP8_MFU_NOTE + ".")
+    out.append(
+        "mean +-: the 95% interval of the mean step time, as a share of it; after it, what ended the "
+        "window before that precision was reached (budget: the time budget, cap: the step cap, fixed: "
+        "a fixed step count)."
+    )
     out.append(
         "scaling: T(N) / ((N/N0) x T(N0)) against ws N0 (1 where a 1-GPU run exists); weak = fixed "
         "per-device batch, strong = fixed global batch."

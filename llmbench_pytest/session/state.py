@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..config.ranks import RankEnv
     from ..launch.launcher import RankPool
     from ..worker.dist import DistContext
+    from .ops_ahead import AheadBuild
     from .progress import Progress
 
 
@@ -62,6 +63,8 @@ class LlmbenchSession:
         """(gw<i>, workers) of a pytest-xdist worker that has not claimed its devices yet."""
         self.progress: Progress | Quiet = Quiet()
         """The progress display (session/progress.py), chosen when collection has finished."""
+        self.ops_build: AheadBuild | None = None
+        """DeepSpeed ops building beside the first configurations (session/ops_ahead.py)."""
         self.refusal: str | None = None
         """Why no benchmark may train in this pytest-xdist worker (another process holds its GPUs:
         plugin._look_at_gpus); each fails at once with it."""

@@ -2,7 +2,10 @@
 
 Fixed (--llmbench-steps, spec.min_steps == 0): exactly spec.steps. Adaptive: at least
 spec.min_steps, then until the mean step time is known to +-spec.precision (the 95% interval of
-analysis/stats.mean_interval: outliers clipped, correlated steps allowed for), at most spec.steps.
+analysis/stats.mean_interval: outliers clipped, correlated steps allowed for), or until the
+finished steps add up to spec.window_budget_s (a jittery configuration would otherwise run to the
+cap for little more precision), at most spec.steps. result.json says which stopped it and the
+precision reached.
 
 The decision is taken at check points, the same step numbers on every rank: each rank hands in
 the steps its device has finished (CUDA events are asked, never waited for, so the window has no
@@ -27,8 +30,11 @@ if TYPE_CHECKING:
     from .dist import DistContext
     from .timing import StepClock
 
-FIXED, PRECISION, CAP = "fixed", "precision", "cap"
-"""Why measurement stopped: a fixed count, the precision reached, or the cap reached first."""
+FIXED, PRECISION, CAP, BUDGET = "fixed", "precision", "cap", "budget"
+"""Why measurement stopped: a fixed count, the precision reached, the cap reached first, or the
+window's time budget spent first."""
+STOPPED_BY = {FIXED: "a fixed count", PRECISION: "precision reached", CAP: "the cap reached",
+              BUDGET: "the time budget spent"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,9 @@ class StopRule:
     target: float
     every: int
     """Steps between check points (after min_steps); also how often a fixed window reports progress."""
+    budget_s: float = 0.0
+    """Adaptive: stop at the first check point where the finished steps add up to this many seconds
+    (0: no budget, only the precision and the cap stop the window)."""
 
     @classmethod
     def of(cls, spec: RunSpec) -> StopRule:
@@ -50,7 +59,8 @@ class StopRule:
         # a check point every few steps: often enough to stop soon after the target is reached,
         # rarely enough that the all-gathers cost nothing next to the steps
         every = max(2, low // 2) if adaptive else max(1, spec.steps // 10)
-        return cls(adaptive, low, spec.steps, spec.precision, every)
+        budget = spec.window_budget_s if adaptive else 0.0
+        return cls(adaptive, low, spec.steps, spec.precision, every, budget)
 
     def checks_at(self, done: int) -> bool:
         """Whether the step numbered `done` (1-based) ends with a check point."""
@@ -70,6 +80,7 @@ class StopRule:
             "max_steps": self.cap,
             "target_precision": self.target,
             "check_every": self.every,
+            "budget_s": self.budget_s or None,
         }
 
 
@@ -93,10 +104,24 @@ def read(ctx: DistContext, clock: StepClock, rule: StopRule) -> Reading:
     return Reading(len(times), mean, interval.relative if interval is not None else None)
 
 
+def stop_reason(rule: StopRule, steps: int, precision: float | None, elapsed_s: float) -> str | None:
+    """Whether an adaptive window stops at a check point with `steps` finished steps that took
+    `elapsed_s` between them: PRECISION, BUDGET, or None to go on. Every rank passes the same
+    gathered figures, so every rank decides the same."""
+    if not rule.adaptive or steps < rule.min_steps:
+        return None
+    if precision is not None and precision <= rule.target:
+        return PRECISION
+    if rule.budget_s and elapsed_s >= rule.budget_s:
+        return BUDGET
+    return None
+
+
 def check_point(
     ctx: DistContext, clock: StepClock, rule: StopRule, done: int, tokens_per_step: int, log: logging.Logger
-) -> bool:
-    """Read the finished steps, report progress, and say whether to stop after step `done`."""
+) -> str | None:
+    """Read the finished steps, report progress, and say whether to stop after step `done`
+    (PRECISION or BUDGET) or go on (None)."""
     reading = read(ctx, clock, rule)
     fields: dict[str, Any] = {"phase": "measuring", "step": done, "steps": rule.cap}
     if rule.adaptive:
@@ -109,9 +134,6 @@ def check_point(
     where = f"+-{reading.precision:.1%}" if reading.precision is not None else "(no interval yet)"
     note(log, logging.INFO, fields, "step %d/%d: mean step time %s %s over %d finished steps",
          done, rule.cap, mean, where, reading.steps)  # fmt: skip
-    return (
-        rule.adaptive
-        and reading.steps >= rule.min_steps
-        and reading.precision is not None
-        and reading.precision <= rule.target
-    )
+    # the gathered steps' sum, not this rank's clock: the same figure on every rank
+    elapsed = reading.mean * reading.steps if reading.mean else 0.0
+    return stop_reason(rule, reading.steps, reading.precision, elapsed)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .adaptive import CAP, FIXED, PRECISION, StopRule, check_point
+from .adaptive import CAP, FIXED, STOPPED_BY, StopRule, check_point
 from .faults import maybe_inject
 from .memory import PeakMemory, census_at_end_of_backward, census_bytes
 from .monitor import GpuMonitor
@@ -231,8 +231,11 @@ def timed_loop(
         # the launcher's heartbeat (written at most once a second); costs microseconds
         beat = {"phase": "measuring", "step": i + 1, "steps": rule.cap}
         log.debug("step %d/%d", i + 1, rule.cap, extra={"progress": beat})
-        if rule.checks_at(i + 1) and check_point(ctx, window.clock, rule, i + 1, spec.tokens_per_step, log):
-            stopped = PRECISION
+        why = None
+        if rule.checks_at(i + 1):
+            why = check_point(ctx, window.clock, rule, i + 1, spec.tokens_per_step, log)
+        if why is not None:
+            stopped = why
             break
     window.close(feed)
     started = time.perf_counter()
@@ -253,7 +256,7 @@ def timed_loop(
         "measured %d steps in %.3f s (%s), loss %.4f -> %.4f",
         len(samples.step_times),
         samples.window_s,
-        {FIXED: "a fixed count", PRECISION: "precision reached", CAP: "the cap reached"}[stopped],
+        STOPPED_BY[stopped],
         samples.losses[0],
         samples.losses[-1],
     )

@@ -131,7 +131,9 @@ def load_op(builder: Any, build_dir: Path, log: logging.Logger) -> dict[str, Any
     build_dir.mkdir(parents=True, exist_ok=True)
     before = _newest_library(build_dir)
     started = time.perf_counter()
-    with _beating(log, builder.NAME, started), _build_lock(build_dir, log):
+    with _beating(log, builder.NAME, started), _build_lock(build_dir, log) as waited_s:
+        # a build another process finished while we waited is found here, not compiled again
+        before = before if not waited_s else _newest_library(build_dir)
         clear_stale_baton(build_dir / "lock", log)
         with _deepspeed_arch_list():
             builder.load(verbose=False)
@@ -139,7 +141,7 @@ def load_op(builder: Any, build_dir: Path, log: logging.Logger) -> dict[str, Any
     compiled = _newest_library(build_dir) != before
     log.info("DeepSpeed op %s %s in %.1f s (%s)", builder.NAME, "compiled" if compiled else "loaded",
              seconds, build_dir)  # fmt: skip
-    return {"sec": seconds, "compiled": compiled, "dir": str(build_dir)}
+    return {"sec": seconds, "compiled": compiled, "waited_sec": waited_s, "dir": str(build_dir)}
 
 
 def _newest_library(build_dir: Path) -> float:
@@ -147,17 +149,21 @@ def _newest_library(build_dir: Path) -> float:
 
 
 @contextlib.contextmanager
-def _build_lock(build_dir: Path, log: logging.Logger) -> Iterator[None]:
+def _build_lock(build_dir: Path, log: logging.Logger) -> Iterator[float]:
     """llmbench's own lock around a build: the kernel releases it when its holder dies, so whoever
-    holds it knows no other llmbench process is building this op."""
+    holds it knows no other llmbench process is building this op. Yields the seconds spent
+    waiting for another process's build (0.0 when none held the lock)."""
     with open(build_dir / FLOCK_NAME, "a") as handle:
+        waited = 0.0
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             log.info("another process is building %s; waiting for it", build_dir.name)
+            started = time.perf_counter()
             fcntl.flock(handle, fcntl.LOCK_EX)
+            waited = time.perf_counter() - started
         try:
-            yield
+            yield waited
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
