@@ -86,7 +86,10 @@ def _trace(spec: RunSpec, preset: ModelPreset, mode: str) -> StepTrace:
     # built in the precision it computes in (a fake module cannot be cast after it is built)
     torch.set_default_dtype(_HALF[spec.dtype] if mode == "half" else torch.float32)
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True), _adapters_stay_put():
+        # peft (and through it bitsandbytes and torch._dynamo, seconds of imports on a GPU host)
+        # only where the model has adapters
+        stay = _adapters_stay_put() if spec.workload == "lora" else contextlib.nullcontext()
+        with FakeTensorMode(allow_non_fake_inputs=True), stay:
             return _traced(spec, mode, build_model(spec, preset, cpu), started)
     finally:
         torch.set_default_dtype(default)

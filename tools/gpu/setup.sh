@@ -4,7 +4,9 @@
 # --llmbench-fp8, built by `../shared/tools/wheelhouse.sh .whl NAME==VERSION` into .whl/), point
 # DeepSpeed's async-I/O build (zero3_nvme) at the carried libaio, and register this checkout's plugin.
 #   source tools/gpu/setup.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+# bytecode compiled at install, as pip does by default: a first session on a fresh host should not
+# pay for compiling DeepSpeed's and torchao's modules, which no user's installed package does
+python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD
 # DeepSpeed JIT-builds its async-I/O op for zero3_nvme against libaio (header and library), which
 # these hosts lack: .whl/libaio carries both; the compiler and the loader must see them first
