@@ -99,7 +99,9 @@ def test_strict(llmbench):
     llmbench.train()
 
 
-@pytest.mark.llmbench(strategies="ddp", min_steps=4, max_steps=10, precision=0.00001, window_budget=0.001)
+@pytest.mark.llmbench(
+    strategies="ddp", min_steps=4, max_steps=10, precision=0.00001, window_budget=0.001, max_interval=0.99
+)
 def test_budgeted(llmbench):
     llmbench.train()
 """
@@ -156,7 +158,8 @@ def test_a_time_budget_stops_the_window_with_the_precision_it_has(measured_sessi
     budgeted = runs["test_budgeted"]["timing"]["measurement"]
     # the same impossible target as test_strict; the budget (a millisecond) ends it at the first
     # check point instead of the cap, and the result says so with the precision reached
-    assert budgeted["budget_s"] == 0.001 and budgeted["stopped"] == "budget" and budgeted["steps"] == 4
+    assert budgeted["budget_s"] == 0.001 and budgeted["budget_precision"] == 0.99
+    assert budgeted["stopped"] == "budget" and budgeted["steps"] == 4
     assert budgeted["precision"] > budgeted["target_precision"]
     # the report's summary says how well each mean is known, and what ended a window short of it
     configs = {r.data["metadata"]["test"].split("::")[1].split("[")[0]: group_configs([r])[0]
@@ -173,6 +176,8 @@ def test_the_budget_is_checked_after_the_precision_and_only_from_the_minimum():
     assert stop_reason(rule, 10, 0.005, 30.0) == PRECISION  # both met: the precision is the reason
     assert stop_reason(rule, 10, 0.05, 20.0) == BUDGET
     assert stop_reason(rule, 10, 0.05, 19.9) is None
+    # known worse than the bound the run is judged by (--llmbench-max-interval): it runs on
+    assert stop_reason(rule, 10, 0.145, 30.0) is None and stop_reason(rule, 10, None, 30.0) is None
     assert stop_reason(replace(rule, budget_s=0.0), 50, 0.05, 1e9) is None  # no budget: only the cap
 
 
@@ -251,7 +256,7 @@ def test_profiled_steps_run_where_the_report_shows_their_figures():
 def test_gpu_defaults_are_adaptive_between_10_and_100_steps():
     (entry,) = build_matrix(SessionOptions(strategies=("ddp",)), hw("cuda", 1), [1], launched=True)
     assert (entry.spec.min_steps, entry.spec.steps, entry.spec.precision) == (10, 100, 0.01)
-    assert entry.spec.window_budget_s == 20.0
+    assert entry.spec.window_budget_s == 20.0 and entry.spec.budget_precision == 0.10
     # a CPU has no budget by default (its cap is small); given, it applies there too
     (cpu,) = build_matrix(SessionOptions(strategies=("ddp",)), hw("cpu"), [1], launched=True)
     assert cpu.spec.window_budget_s == 0.0

@@ -44,8 +44,10 @@ def adaptive_gpu_runs(root: Path) -> list[dict]:
 
 def replay(times: list[float], plan: dict, budget_s: float) -> tuple[int, str]:
     """Steps the window would hold, and why it stops, under the run's own plan and a budget."""
+    # runs made before the budget existed were judged by the default --llmbench-max-interval
+    floor = plan.get("budget_precision") or 0.10
     rule = StopRule(True, plan["min_steps"], plan["max_steps"], plan["target_precision"],
-                    plan["check_every"], budget_s)  # fmt: skip
+                    plan["check_every"], budget_s, floor)  # fmt: skip
     for done in range(1, len(times) + 1):
         if rule.checks_at(done):
             interval = mean_interval(times[:done])

@@ -175,7 +175,10 @@ class RunSpec:
     """Adaptive measurement's target: the relative half-width of the mean's 95% interval."""
     window_budget_s: float = 0.0
     """Adaptive measurement: stop once the measured steps add up to this many seconds, the target
-    unmet (0: no budget)."""
+    unmet (0: no budget)..."""
+    budget_precision: float = 0.10
+    """... but only once the mean is known to this (--llmbench-max-interval, the bound the run is
+    judged by): a budget never ends a window that its own check would then fail."""
     dtype: Dtype
     """Compute precision: bf16 or fp16 mixed precision with fp32 master weights, or fp32."""
     world_size: int = 1

@@ -82,7 +82,8 @@ def _measurement_fields(opts: SessionOptions, cuda: bool) -> dict[str, Any]:
             f"raise --llmbench-max-steps to {low} or more, or lower --llmbench-min-steps."
         )
     budget = opts.window_budget if opts.window_budget is not None else (GPU_WINDOW_BUDGET_S if cuda else 0.0)
-    return {"steps": cap, "min_steps": max(2, low), "precision": opts.precision, "window_budget_s": budget}
+    return {"steps": cap, "min_steps": max(2, low), "precision": opts.precision, "window_budget_s": budget,
+            "budget_precision": opts.max_interval}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 Fixed (--llmbench-steps, spec.min_steps == 0): exactly spec.steps. Adaptive: at least
 spec.min_steps, then until the mean step time is known to +-spec.precision (the 95% interval of
 analysis/stats.mean_interval: outliers clipped, correlated steps allowed for), or until the
-finished steps add up to spec.window_budget_s (a jittery configuration would otherwise run to the
-cap for little more precision), at most spec.steps. result.json says which stopped it and the
-precision reached.
+finished steps add up to spec.window_budget_s with the mean known at least to
++-spec.budget_precision (a jittery configuration would otherwise run to the cap for little more
+precision; one known worse than the bound it is judged by runs on), at most spec.steps.
+result.json says which stopped it and the precision reached.
 
 The decision is taken at check points, the same step numbers on every rank: each rank hands in
 the steps its device has finished (CUDA events are asked, never waited for, so the window has no
@@ -47,7 +48,10 @@ class StopRule:
     """Steps between check points (after min_steps); also how often a fixed window reports progress."""
     budget_s: float = 0.0
     """Adaptive: stop at the first check point where the finished steps add up to this many seconds
-    (0: no budget, only the precision and the cap stop the window)."""
+    (0: no budget, only the precision and the cap stop the window)..."""
+    budget_precision: float = 0.10
+    """... and the mean is known to this: short of it the window goes on to the cap, so that the
+    mean_interval check can judge what the budget stopped."""
 
     @classmethod
     def of(cls, spec: RunSpec) -> StopRule:
@@ -60,7 +64,7 @@ class StopRule:
         # rarely enough that the all-gathers cost nothing next to the steps
         every = max(2, low // 2) if adaptive else max(1, spec.steps // 10)
         budget = spec.window_budget_s if adaptive else 0.0
-        return cls(adaptive, low, spec.steps, spec.precision, every, budget)
+        return cls(adaptive, low, spec.steps, spec.precision, every, budget, spec.budget_precision)
 
     def checks_at(self, done: int) -> bool:
         """Whether the step numbered `done` (1-based) ends with a check point."""
@@ -81,6 +85,7 @@ class StopRule:
             "target_precision": self.target,
             "check_every": self.every,
             "budget_s": self.budget_s or None,
+            "budget_precision": self.budget_precision if self.budget_s else None,
         }
 
 
@@ -112,7 +117,8 @@ def stop_reason(rule: StopRule, steps: int, precision: float | None, elapsed_s: 
         return None
     if precision is not None and precision <= rule.target:
         return PRECISION
-    if rule.budget_s and elapsed_s >= rule.budget_s:
+    within = precision is not None and precision <= rule.budget_precision
+    if rule.budget_s and elapsed_s >= rule.budget_s and within:
         return BUDGET
     return None
 
