@@ -417,10 +417,12 @@ def _build_ops_ahead(session: pytest.Session, s: LlmbenchSession) -> None:
         return
     from .session import ops_ahead
 
+    specs = [spec for spec in _selected_specs(session) if hasattr(spec, "offload")]
+    if not specs or s.options.ops_ahead == "no":
+        return  # nothing will train: the hardware is not even looked at (a worker claims its cores there)
     device = s.hardware().device
     if not ops_ahead.wanted(s.options.ops_ahead, device):
         return
-    specs = [spec for spec in _selected_specs(session) if hasattr(spec, "offload")]
     names = ops_ahead.needed(specs, device)
     if names:
         s.ops_build = ops_ahead.start(names, device, s.results_dir)
