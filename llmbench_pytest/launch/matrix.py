@@ -32,16 +32,17 @@ if TYPE_CHECKING:
 
 CPU_WARMUP, CPU_MIN_STEPS, CPU_MAX_STEPS = 2, 6, 12
 GPU_WARMUP, GPU_MIN_STEPS, GPU_MAX_STEPS = 5, 10, 100
-GPU_WINDOW_BUDGET_S = 20.0
-"""Seconds of measured steps after which an adaptive GPU window stops with the precision it has.
-Chosen by replaying the step times of the GPU runs in docs/results under each budget
-(tools/window_budget.py; docs/results/2026-11-25-window-budget): steady configurations reach 1%
-long before it, and the jittery ones it stops were within their reported precision of their whole
-100-step window. No budget on a CPU, where the step cap is small."""
 """Adaptive measurement (analysis/stats.mean_interval): at least MIN steps, then until the mean
 step time is known to --llmbench-precision, at most MAX. A GPU step of a 1B model is steady to a
 fraction of a percent, so 10 to 20 steps usually reach +-1%; CPU steps on a shared machine swing by
 tens of percent, so the CPU cap keeps the matrix short and the result says the precision reached."""
+GPU_WINDOW_BUDGET_S = 20.0
+"""Seconds of measured steps after which an adaptive GPU window stops with the precision it has
+(once that is within --llmbench-max-interval). Chosen by replaying the step times of the GPU runs
+in docs/results under each budget (tools/window_budget.py; docs/results/2026-11-25-window-budget):
+the smallest budget that changed no ranking of strategies; steady configurations reach 1% long
+before it. 3 of the 17 windows it stopped there (drifting ZeRO-3 runs) lay outside their own
+reported precision of the whole 100-step window. No budget on a CPU, where the step cap is small."""
 PROFILED_STEPS = 2
 """Untimed steps under the profiler after the window, where they measure something the report
 shows (profile_steps_for)."""
