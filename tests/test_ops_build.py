@@ -4,12 +4,13 @@ build lock left by a killed build no longer makes every later DeepSpeed run wait
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import FEW_STEPS, TORCH_EXTENSIONS_DIR, saved_results
+from conftest import CHILD_UNSET, FEW_STEPS, TORCH_EXTENSIONS_DIR, saved_results
 from llmbench_pytest.worker.ops import baton_holders, clear_stale_baton
 
 
@@ -74,3 +75,28 @@ def test_a_deepspeed_run_goes_on_past_a_stale_build_lock(bench, monkeypatch, tmp
     )
     log = next(bench.path.glob("results/*zero0*.log")).read_text()
     assert "removed a stale DeepSpeed build lock" in log, log[-2000:]
+
+
+def test_an_op_is_loaded_with_the_environments_ninja_whatever_path_finds_first(tmp_path):
+    # a ninja of another version first on PATH (a system one, where the environment is not
+    # activated) takes every op the environment's ninja built for changed and compiles it again
+    stray = tmp_path / "bin"
+    stray.mkdir()
+    called = tmp_path / "stray-ninja-called"
+    (stray / "ninja").write_text(f'#!/bin/sh\necho "$@" >> {called}\nexit 1\n')
+    (stray / "ninja").chmod(0o755)
+    load = (
+        "import logging, os; from pathlib import Path; "
+        "os.environ['DS_ACCELERATOR'] = 'cpu'; "
+        "from deepspeed.accelerator import get_accelerator; "
+        "from llmbench_pytest.worker.ops import extensions_root, load_op; "
+        "builder = get_accelerator().create_op_builder('ShareMemCommBuilder'); "
+        "print(load_op(builder, extensions_root() / builder.NAME, logging.getLogger('t'))['compiled'])"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in CHILD_UNSET}
+    env |= {"TORCH_EXTENSIONS_DIR": TORCH_EXTENSIONS_DIR, "PATH": f"{stray}{os.pathsep}{env['PATH']}"}
+    done = subprocess.run(
+        [sys.executable, "-c", load], env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not called.exists(), f"the ninja first on PATH ran: {called.read_text()}"

@@ -135,7 +135,7 @@ def load_op(builder: Any, build_dir: Path, log: logging.Logger) -> dict[str, Any
         # a build another process finished while we waited is found here, not compiled again
         before = before if not waited_s else _newest_library(build_dir)
         clear_stale_baton(build_dir / "lock", log)
-        with _deepspeed_arch_list():
+        with _deepspeed_arch_list(), _environment_ninja():
             builder.load(verbose=False)
     seconds = time.perf_counter() - started
     compiled = _newest_library(build_dir) != before
@@ -235,6 +235,30 @@ def _deepspeed_arch_list() -> Iterator[None]:
             os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
         else:
             os.environ["TORCH_CUDA_ARCH_LIST"] = given
+
+
+@contextlib.contextmanager
+def _environment_ninja() -> Iterator[None]:
+    """torch builds with the first `ninja` on PATH, and ninja 1.11 and 1.12+ hash a command line
+    differently: an op built by one is "command line changed" to the other and compiled again (a
+    minute per op on two cores), and back at the next session that finds the other one first
+    (`.venv/bin/llmbench ops` beside an activated `make test` did, on every CI run). Build with the
+    ninja installed beside DeepSpeed in this Python environment (the `ninja` package DeepSpeed
+    requires) wherever it exists, whatever PATH says, and leave PATH as it was."""
+    try:
+        from ninja import BIN_DIR
+    except ImportError:  # no ninja package: torch finds one on PATH or says it needs one
+        BIN_DIR = None
+    given = os.environ.get("PATH")
+    if BIN_DIR is not None and os.path.isfile(os.path.join(BIN_DIR, "ninja")):
+        os.environ["PATH"] = BIN_DIR + (os.pathsep + given if given else "")
+    try:
+        yield
+    finally:
+        if given is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = given
 
 
 @contextlib.contextmanager
