@@ -175,6 +175,19 @@ def t_quantile(p: float, dof: float) -> float:
     return float(_inverse_t()(dof, p))
 
 
+def cv_lower_limit(cv: float, n: int, confidence: float = 0.95) -> float:
+    """The one-sided lower confidence limit of the true coefficient of variation behind `cv`
+    measured over `n` values (normal values: (n-1) s^2 / sigma^2 is chi-square with n - 1 degrees
+    of freedom): the spread the data show beyond doubt. From 5 values it is 0.65 of the measured
+    CV at 95%, from 3 values 0.58: a CV a little above a bound is what a spread within it often
+    shows."""
+    if n < 2:
+        raise ValueError(f"a spread needs at least 2 values; got {n}")
+    from scipy.special import chdtri  # the inverse survival function: P(X > x) = 1 - confidence
+
+    return cv * math.sqrt((n - 1) / float(chdtri(n - 1, 1 - confidence)))
+
+
 @dataclass(frozen=True, slots=True)
 class MeanInterval:
     """A confidence interval of one run's mean step time."""

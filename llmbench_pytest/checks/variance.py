@@ -1,11 +1,14 @@
-"""Seed 000: step time "should not vary by more than 10% between runs", and "watch for outliers";
-seed 001: repeats agree.
+"""The validation checks on timing: step time "should not vary by more than 10% between runs",
+"watch for outliers", and repeats agree.
 
 Three checks, each about one thing:
 
-- `step_time_cv`: seed 000's rule applies between runs: the repeats of a configuration
+- `step_time_cv`: the 10% rule applies between runs: the repeats of a configuration
   (--llmbench-repeat 2 or more: their tokens/s), or the epochs of a run when there are at least
-  MIN_EPOCHS of them (their wall times). One run of steps has no "between runs".
+  MIN_EPOCHS of them (their wall times). One run of steps has no "between runs". A CV from a few
+  values is itself uncertain: a run fails when its spread is above the bound beyond doubt (the
+  CV's 95% lower confidence limit above it), gets no verdict when the measured CV is above the
+  bound but a spread within it would often show as much, and passes otherwise.
 - `mean_interval`: within a run, jitter is reported robustly (median, MAD, IQR, p95/p50, the
   outliers and where they fell) and fails nothing; the run fails only when its mean step time
   itself is not known well enough: the 95% interval's half-width above --llmbench-max-interval
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..analysis.stats import Jitter, MeanInterval, mean_interval, mean_of, relative_spread
+from ..analysis.stats import Jitter, MeanInterval, cv_lower_limit, mean_interval, mean_of, relative_spread
 from .outcome import CheckOutcome
 from .smoke import cpu_caveat, cpu_smoke
 
@@ -34,7 +37,7 @@ a CV above 10% in 4.6% of 2-epoch runs but in 0.3% of 5-epoch runs (chi-square).
 
 def check_step_time_cv(result: Mapping[str, Any], max_cv: float) -> CheckOutcome:
     """Between runs: the repeats' tokens/s, or MIN_EPOCHS or more epochs' wall times, vary by at
-    most `max_cv` (coefficient of variation; seed 000: 10%)."""
+    most `max_cv` (coefficient of variation; the validation checks' rule: 10%)."""
     rep = result.get("repeats")
     if rep and rep.get("count", 1) >= 2:
         rates = [float(r) for r in rep["tokens_per_sec"]]
@@ -44,7 +47,9 @@ def check_step_time_cv(result: Mapping[str, Any], max_cv: float) -> CheckOutcome
             f"mean {mean_of(rates) or 0:,.1f})"
         )
         fix = "Look for throttling, other jobs on the machine or a noisy interconnect"
-        return _cv_verdict(result, cv, max_cv, quantity="tokens/s between repeats", detail=detail, fix=fix)
+        return _cv_verdict(
+            result, cv, len(rates), max_cv, quantity="tokens/s between repeats", detail=detail, fix=fix
+        )
     epochs = result.get("epochs") or []
     if len(epochs) >= MIN_EPOCHS:
         walls = [float(e["wall_sec"]) for e in epochs]
@@ -55,7 +60,7 @@ def check_step_time_cv(result: Mapping[str, Any], max_cv: float) -> CheckOutcome
         fix = (
             "Add warm-up epochs (--llmbench-warmup-epochs) or samples per epoch (--llmbench-dataset-samples)"
         )
-        return _cv_verdict(result, cv, max_cv, quantity="epoch wall time", detail=detail, fix=fix)
+        return _cv_verdict(result, cv, len(walls), max_cv, quantity="epoch wall time", detail=detail, fix=fix)
     more = (
         f" or --llmbench-epochs={MIN_EPOCHS} or more (a CV of {len(epochs)} epochs says little)"
         if epochs
@@ -72,17 +77,31 @@ def check_step_time_cv(result: Mapping[str, Any], max_cv: float) -> CheckOutcome
 
 
 def _cv_verdict(
-    result: Mapping[str, Any], cv: float, max_cv: float, *, quantity: str, detail: str, fix: str
+    result: Mapping[str, Any], cv: float, n: int, max_cv: float, *, quantity: str, detail: str, fix: str
 ) -> CheckOutcome:
-    """The between-runs outcome for a measured CV of `quantity` (`detail`: the numbers); `fix` is
-    the first remedy, a quieter machine and a looser bound follow."""
+    """The between-runs outcome for a CV of `quantity` measured over `n` values (`detail`: the
+    numbers); `fix` is the first remedy, a quieter machine and a looser bound follow. A healthy
+    encoder-decoder run on 1x H100 showed epochs at CV 10.0% and 10.2% over 5 (a true 7% shows
+    that often): above the bound, but not beyond doubt, so no verdict rather than a failure."""
     caveat = cpu_caveat(result)  # judged on CPU with any bound: between runs, not within one
     if cv <= max_cv:
         return CheckOutcome("step_time_cv", True, f"{quantity}: {detail} <= {max_cv:.1%}{caveat}", cv, max_cv)
+    lower = cv_lower_limit(cv, n)
+    if lower <= max_cv:
+        return CheckOutcome(
+            "step_time_cv",
+            None,
+            f"{quantity}: {detail} > {max_cv:.1%}, but {n} values cannot tell it from a spread within "
+            f"the bound (95% lower limit of the CV: {lower:.1%}){caveat}. No verdict: more values "
+            "decide (--llmbench-repeat, or more epochs: --llmbench-epochs)",
+            cv,
+            max_cv,
+        )
     return CheckOutcome(
         "step_time_cv",
         False,
-        f"{result.get('strategy')}: {quantity} varies too much: {detail} > {max_cv:.1%}{caveat}. "
+        f"{result.get('strategy')}: {quantity} varies too much: {detail} > {max_cv:.1%}, beyond "
+        f"doubt (95% lower limit of the CV: {lower:.1%}){caveat}. "
         f"{fix}, run on a quieter machine, or raise --llmbench-max-cv.",
         cv,
         max_cv,

@@ -362,8 +362,9 @@ SETTINGS: tuple[Setting, ...] = (
         "max_cv",
         "step time's variation between runs: the largest coefficient of variation of the repeats' "
         "tokens/s (--llmbench-repeat 2 or more) or of the epochs' wall times (5 epochs or more) that the "
-        "step_time_cv check accepts: 0.1 or 10 percent (default: 0.1). Within one run see "
-        "--llmbench-max-interval.",
+        "step_time_cv check accepts: 0.1 or 10 percent (default: 0.1). A CV above it fails only when "
+        "the few values show it beyond doubt (its 95% lower confidence limit above the bound); otherwise "
+        "no verdict. Within one run see --llmbench-max-interval.",
         _fraction,
         "CV",
     ),
