@@ -135,7 +135,8 @@ def load_op(builder: Any, build_dir: Path, log: logging.Logger) -> dict[str, Any
         # a build another process finished while we waited is found here, not compiled again
         before = before if not waited_s else _newest_library(build_dir)
         clear_stale_baton(build_dir / "lock", log)
-        with _deepspeed_arch_list(), _environment_ninja():
+        arch_list, path = _deepspeed_arch_list(), _environment_ninja_path()
+        with _environ("TORCH_CUDA_ARCH_LIST", arch_list), _environ("PATH", path):
             builder.load(verbose=False)
     seconds = time.perf_counter() - started
     compiled = _newest_library(build_dir) != before
@@ -219,46 +220,46 @@ def baton_holders(lock: Path) -> list[int] | None:
 
 
 @contextlib.contextmanager
-def _deepspeed_arch_list() -> Iterator[None]:
+def _environ(name: str, value: str | None) -> Iterator[None]:
+    """The environment variable `name` set to `value` (left alone when None) for the block, and
+    put back as it was after it."""
+    given = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if given is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = given
+
+
+def _deepspeed_arch_list() -> str | None:
     """DeepSpeed's op builder rejects arch suffixes (TORCH_CUDA_ARCH_LIST=9.0a: DeepSpeed issue
-    7589); build with the list the strategy gives DeepSpeed, and leave the environment as it was."""
+    7589): the list the strategy gives DeepSpeed, to build with, or None where the given one does."""
     from .strategies.deepspeed_zero import deepspeed_safe_arch_list
 
     given = os.environ.get("TORCH_CUDA_ARCH_LIST")
     safe = deepspeed_safe_arch_list(given)
-    if safe and safe != given:
-        os.environ["TORCH_CUDA_ARCH_LIST"] = safe
-    try:
-        yield
-    finally:
-        if given is None:
-            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = given
+    return safe if safe and safe != given else None
 
 
-@contextlib.contextmanager
-def _environment_ninja() -> Iterator[None]:
+def _environment_ninja_path() -> str | None:
     """torch builds with the first `ninja` on PATH, and ninja 1.11 and 1.12+ hash a command line
     differently: an op built by one is "command line changed" to the other and compiled again (a
     minute per op on two cores), and back at the next session that finds the other one first
-    (`.venv/bin/llmbench ops` beside an activated `make test` did, on every CI run). Build with the
-    ninja installed beside DeepSpeed in this Python environment (the `ninja` package DeepSpeed
-    requires) wherever it exists, whatever PATH says, and leave PATH as it was."""
+    (`.venv/bin/llmbench ops` beside an activated `make test` did, on every CI run). The PATH to
+    build with: the ninja installed beside DeepSpeed in this Python environment (the `ninja`
+    package DeepSpeed requires) first, wherever it exists; None where there is none."""
     try:
         from ninja import BIN_DIR
     except ImportError:  # no ninja package: torch finds one on PATH or says it needs one
-        BIN_DIR = None
+        return None
+    if not os.path.isfile(os.path.join(BIN_DIR, "ninja")):
+        return None
     given = os.environ.get("PATH")
-    if BIN_DIR is not None and os.path.isfile(os.path.join(BIN_DIR, "ninja")):
-        os.environ["PATH"] = BIN_DIR + (os.pathsep + given if given else "")
-    try:
-        yield
-    finally:
-        if given is None:
-            os.environ.pop("PATH", None)
-        else:
-            os.environ["PATH"] = given
+    return BIN_DIR + (os.pathsep + given if given else "")
 
 
 @contextlib.contextmanager
