@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17 on one H100: what each technique adds to llama-1b (seq 2048, batch 16, fsdp_grad_op,
+# What each technique adds to llama-1b on one H100 (seq 2048, batch 16, fsdp_grad_op,
 # world size 1), and the fastest configuration's MFU. After `source tools/gpu/setup.sh`:
 #   tools/gpu/techniques.sh NAME [PART...]     # results in /tmp/llmbench/NAME, packed as $OUT/NAME.tgz
 # PARTs (default: all four, in this order; split them over device calls to stay under a call's limit):
