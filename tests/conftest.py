@@ -35,6 +35,10 @@ TORCH_EXTENSIONS_DIR = str(extensions_root())
 os.environ.setdefault(
     "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "llmbench-tests-inductor")
 )
+# a fresh process reads the step traces an earlier one made (worker/trace_cache.py); pytester's
+# fresh HOME per test would hide them from each other, so the whole session and its children
+# share one directory (keyed by the code and the libraries: a change traces again)
+os.environ.setdefault("LLMBENCH_CACHE_DIR", os.path.join(tempfile.gettempdir(), "llmbench-tests-cache"))
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 # what a child session must not inherit from this one: torchrun's rank variables, pytest-xdist's
 # worker identity (the plugin and pytest-benchmark would take the child for an xdist worker) and

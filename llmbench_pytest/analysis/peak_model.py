@@ -63,6 +63,8 @@ class StepTrace:
     outside_blocks: int
     """Parameters outside the blocks (embeddings, LM head, final norm): FSDP's root unit."""
     embedding: int
+    cached: bool = False
+    """Read from the trace cache (worker/trace_cache.py): `seconds` is the original trace's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,8 @@ class PeakPrediction:
     trace_sec: float
     step_gb: float = 0.0
     """The optimizer step's candidate (what the peak is when activations are small)."""
+    trace_cached: bool = False
+    """The step's trace came from the cache on disk, not from tracing in this process."""
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "method": "traced step (FakeTensorMode, MemTracker) + model states + buffers"}
@@ -203,6 +207,7 @@ def predict(
         compute=trace.compute,
         trace_sec=trace.seconds,
         step_gb=step / GB,
+        trace_cached=trace.cached,
     )
 
 

@@ -23,6 +23,7 @@ prediction says so; nothing else is estimated in its place.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 import weakref
@@ -32,6 +33,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..analysis.peak_model import StepTrace
+from . import trace_cache
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -55,7 +57,8 @@ def compute_mode(strategy: str, dtype: str) -> str:
 
 
 _TRACED: dict[tuple[Any, ...], StepTrace] = {}
-"""Traces by what decides them: a warm rank traces each model, shape and precision once."""
+"""Traces by what decides them: a warm rank traces each model, shape and precision once, and a
+fresh process reads what an earlier one traced (trace_cache.py)."""
 
 
 def trace_step(spec: RunSpec, preset: ModelPreset) -> StepTrace:
@@ -67,7 +70,13 @@ def trace_step(spec: RunSpec, preset: ModelPreset) -> StepTrace:
     if key not in _TRACED:
         if len(_TRACED) > 16:
             _TRACED.clear()
-        _TRACED[key] = _trace(spec, preset, mode)
+        kept = trace_cache.load(key)
+        if kept is None:
+            kept = _trace(spec, preset, mode)
+            trace_cache.store(key, kept)
+        else:
+            kept = dataclasses.replace(kept, cached=True)
+        _TRACED[key] = kept
     return _TRACED[key]
 
 
