@@ -31,24 +31,24 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .live_objects import live_tensors, settle, thaw
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from torch import nn
 
 
-def census_bytes() -> dict[str, int]:
-    """Bytes of distinct tensor storages alive in this process, by device type (cuda, cpu)."""
+def census_bytes(collect: bool = True) -> dict[str, int]:
+    """Bytes of distinct tensor storages alive in this process, by device type (cuda, cpu).
+    `collect=False` where the caller has just collected."""
     # garbage in reference cycles (a strategy's temporaries) is still listed by get_objects()
     # until the collector runs; without this the census drifts by a buffer from run to run
-    gc.collect()
+    if collect:
+        gc.collect()
     seen: set[int] = set()
     totals: dict[str, int] = {}
-    for obj in gc.get_objects():
-        # type() rather than isinstance(): isinstance reads __class__, which some lazy
-        # objects (deprecated torch aliases) answer with a warning
-        if not issubclass(type(obj), torch.Tensor):
-            continue
+    for obj in live_tensors():
         _count(obj, seen, totals)
         grad = _grad(obj)
         if grad is not None:
@@ -200,22 +200,20 @@ def fresh_level(device: torch.device) -> FreshLevel:
             torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
         gc.collect()
         _FRESH[device.type] = FreshLevel(_held_bytes(device), {id(t) for t in _live_tensors(device.type)})
+        settle()  # the imports so far: no later collection walks them (live_objects.py)
     return _FRESH[device.type]
 
 
 def _held_bytes(device: torch.device) -> int:
+    """Called just after a collection."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         return torch.cuda.memory_allocated(device)
-    return census_bytes().get(device.type, 0)
+    return census_bytes(collect=False).get(device.type, 0)
 
 
 def _live_tensors(device_type: str) -> list[torch.Tensor]:
-    return [
-        obj
-        for obj in gc.get_objects()
-        if issubclass(type(obj), torch.Tensor) and _device_type(obj) == device_type
-    ]
+    return [t for t in live_tensors() if _device_type(t) == device_type]
 
 
 def _device_type(t: torch.Tensor) -> str | None:
@@ -232,6 +230,11 @@ def leftover(device: torch.device, fresh: FreshLevel, named: int = 5) -> dict[st
     C++ buffers) shows in the bytes but names nothing."""
     gc.collect()
     extra = max(0, _held_bytes(device) - fresh.device_bytes)
+    if extra > LEFTOVER_LIMIT_BYTES:
+        # before naming a leftover: a full collection, garbage among the frozen objects included
+        thaw()
+        gc.collect()
+        extra = max(0, _held_bytes(device) - fresh.device_bytes)
     tensors = [t for t in _live_tensors(device.type) if id(t) not in fresh.tensor_ids]
     sizes = {}
     for t in tensors:
@@ -309,7 +312,7 @@ def release(device: torch.device, compiled: bool = False) -> None:
         from torch import _dynamo
 
         _dynamo.reset()
-    gc.collect()
+    gc.collect()  # what this run created; what earlier runs left is frozen (live_objects.py)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         # cuBLAS keeps a workspace per handle and stream (tens of MiB) allocated for good; a fresh

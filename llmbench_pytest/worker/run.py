@@ -38,6 +38,7 @@ from .dist import (
 )
 from .epoch_loop import epoch_loop
 from .faults import teardown_fault
+from .live_objects import settle
 from .loop import LoopSamples, extra_steps, timed_loop
 from .memory import LEFTOVER_LIMIT_BYTES, FreshLevel, fresh_level, leftover, release
 from .models import build_model
@@ -127,6 +128,7 @@ def run_benchmark(
     left = (
         _check_leftover(spec, ctx, log, fresh) if status != "error" or "teardown" not in str(error) else None
     )
+    settle()  # what the process holds between runs: out of the next run's collections (live_objects.py)
     setup = ("build_sec", "wrap_sec", "data_sec", "probe_sec")
     setup_s = sum(phases[k] for k in setup) if all(k in phases for k in setup) else None
     timing = {"phases": phases, "ops": ops or None}
