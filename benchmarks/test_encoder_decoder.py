@@ -1,6 +1,6 @@
-"""Seed 003's encoder-decoder Transformer, trained in epochs from memory and from disk.
+"""The encoder-decoder benchmark's Transformer, trained in epochs from memory and from disk.
 
-The model's shapes are the seed's flags (--llmbench-model-config d_model=...,nhead=...,
+The model's shapes are that benchmark's flags (--llmbench-model-config d_model=...,nhead=...,
 num_encoder_layers=...,num_decoder_layers=...,dim_feedforward=...); the presets are its examples
 (encdec-3m on CPU, encdec-50m on GPU, encdec-200m). Each configuration runs twice: with the
 samples in memory, and read from numbered binary shards on disk (--llmbench-data-dir picks the

@@ -1,9 +1,10 @@
-"""LoRA fine-tuning (seed 001): peft adapters on a frozen Llama/Mistral-architecture model.
+"""LoRA fine-tuning (after the LoRA fine-tuning guide): peft adapters on a frozen
+Llama/Mistral-architecture model.
 
 A 7B Mistral config on a GPU, a tiny one on CPU. Options that matter here: --llmbench-lora-rank,
 --llmbench-optimizer (adamw_torch, paged_adamw_8bit), --llmbench-grad-ckpt, --llmbench-dtype,
 --llmbench-price (cost per 1K samples). With --llmbench-diagnostic each configuration runs as
-seed 001's six-variant diagnostic matrix.
+the guide's six-variant diagnostic matrix.
 """
 
 import pytest

@@ -1,4 +1,4 @@
-"""Seed 001's diagnostic matrix: which knob is the bottleneck of a LoRA fine-tuning run?
+"""The LoRA fine-tuning guide's diagnostic matrix: which knob is the bottleneck of a LoRA fine-tuning run?
 
 Six configurations around a baseline: the other optimizer, half the LoRA rank, half the
 sequence length, half the sequence with twice the batch, and the other 16-bit precision. The

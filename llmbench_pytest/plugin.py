@@ -492,7 +492,7 @@ def llmbench(request: pytest.FixtureRequest, benchmark: Any) -> LlmbenchFixture:
     """Trains this test's configuration (strategy, world size, sequence length) for real.
 
     `llmbench.train()` returns the run's result (also written to result.json and recorded in
-    pytest-benchmark); `llmbench.validate(result)` runs the seeds' validation checks.
+    pytest-benchmark); `llmbench.validate(result)` runs the validation checks (checks/).
     """
     spec = getattr(request, "param", None)
     if spec is None:

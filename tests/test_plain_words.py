@@ -112,3 +112,19 @@ def test_llmbench_help_says_how_benchmarks_run_and_where_to_read_more():
         assert words in out, f"llmbench --help does not say {words!r}:\n{out}"
     # a pip-installed package has no docs/ folder to point at
     assert "docs/" not in out, f"llmbench --help points at a file that does not ship:\n{out}"
+
+
+def test_the_code_and_its_comments_use_plain_words():
+    """Docstrings and comments too: the next maintainer knows no more of the project's history
+    than a user does. The plugin, the benchmarks and the tools, line by line."""
+    found = []
+    for folder, pattern in (
+        ("llmbench_pytest", "*.py"),
+        ("benchmarks", "*.py"),
+        ("tools", "*.py"),
+        ("tools", "*.sh"),
+    ):
+        for path in sorted((REPO / folder).rglob(pattern)):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                found += [f"{path.relative_to(REPO)}:{n}: {w}" for w in _internal_words(line)]
+    assert not found, f"the code uses the project's internal words: {found}"

@@ -1,13 +1,13 @@
 """Analytical communication volume per rank and step, by strategy. Standard library only.
 
-Seed 004's CommunicationProfiler idea, with the ZeRO paper's accounting (Rajbhandari et al.
-2020, section 7): for Ψ parameters, data parallelism all-reduces the gradients (2Ψ elements
-through each rank's links, as a reduce-scatter plus an all-gather); ZeRO-1 and -2 reduce-scatter
-gradients and all-gather updated parameters (also 2Ψ); ZeRO-3 and full FSDP all-gather the
-parameters again for backward (3Ψ). A ring collective over N ranks moves (N-1)/N of its buffer
-through each rank: that is the "bus" volume nccl-tests reports, and what bus bandwidth divides.
-Element sizes follow each strategy's precision: DDP reduces fp32 gradients of its fp32 master
-weights; FSDP gathers bf16/fp16 parameters and reduce-scatters fp32; DeepSpeed moves 16-bit
+The performance analysis guide's CommunicationProfiler idea, with the ZeRO paper's accounting
+(Rajbhandari et al. 2020, section 7): for Ψ parameters, data parallelism all-reduces the gradients
+(2Ψ elements through each rank's links, as a reduce-scatter plus an all-gather); ZeRO-1 and -2
+reduce-scatter gradients and all-gather updated parameters (also 2Ψ); ZeRO-3 and full FSDP
+all-gather the parameters again for backward (3Ψ). A ring collective over N ranks moves (N-1)/N of
+its buffer through each rank: that is the "bus" volume nccl-tests reports, and what bus bandwidth
+divides. Element sizes follow each strategy's precision: DDP reduces fp32 gradients of its fp32
+master weights; FSDP gathers bf16/fp16 parameters and reduce-scatters fp32; DeepSpeed moves 16-bit
 parameters and gradients in bf16/fp16 runs.
 """
 

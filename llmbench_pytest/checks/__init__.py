@@ -1,13 +1,13 @@
-"""The seeds' validation checks, as functions over result documents. Standard library only.
+"""The validation checks, as functions over result documents. Standard library only.
 
 One module per check family: memory.py (the limit; model states against their prediction),
 variance.py (between runs; how well a run's mean is known; repeats), loss.py (loss falls),
-sharding.py (seed 000's order of peak memory between strategies), scaling.py (throughput
-against a smaller world size), timing.py (events agree with the host clock); smoke.py says
-which verdicts a CPU run supports. Each returns a CheckOutcome (outcome.py) whose message shows
-the numbers and, when it fails, what to change; `passed` is None, with the reason, when a check
-does not apply. The fixture records every outcome in result.json and then fails the test with
-all failed messages.
+sharding.py (the benchmark card's order of peak memory between strategies), scaling.py (throughput
+against a smaller world size), timing.py (events agree with the host clock); smoke.py says which
+verdicts a CPU run supports. Each returns a CheckOutcome (outcome.py) whose message shows the
+numbers and, when it fails, what to change; `passed` is None, with the reason, when a check does not
+apply. The fixture records every outcome in result.json and then fails the test with all failed
+messages.
 """
 
 from __future__ import annotations

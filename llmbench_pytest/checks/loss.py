@@ -1,4 +1,4 @@
-"""Seed 000: the loss trends downward over the measured steps."""
+"""The benchmark card: the loss trends downward over the measured steps."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Seed 000: VRAM under the tier's limit; and each strategy holds the model states its name says.
+"""The benchmark card: VRAM under the tier's limit; and each strategy holds the model states its
+name says.
 
 - `peak_memory`: peak device memory (reserved, on a GPU; the process's peak RSS on a CPU, where
   host memory is the device) at most the limit: --llmbench-vram-limit-gb, else the run's tier's

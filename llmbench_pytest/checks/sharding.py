@@ -1,5 +1,5 @@
-"""Seed 000's memory order, on peak memory: "ZeRO strategies use less than DDP; FSDP uses less
-than DDP but more than ZeRO-3", against the session's runs of the same model, shapes, precision
+"""The benchmark card's memory order, on peak memory: "ZeRO strategies use less than DDP; FSDP uses
+less than DDP but more than ZeRO-3", against the session's runs of the same model, shapes, precision
 and world size.
 
 What each strategy holds is checked per run against its prediction (memory.py: model_states);
@@ -71,8 +71,8 @@ def _relation(lower: str, higher: str, slack: float) -> str:
 
 
 def check_sharding(result: Mapping[str, Any], peers: Mapping[str, Mapping[str, Any]]) -> CheckOutcome:
-    """Peak memory per rank follows seed 000's order (SHARDING_ORDER) against `peers`: strategy
-    name -> an earlier successful result with the same peer_key."""
+    """Peak memory per rank follows the benchmark card's order (SHARDING_ORDER) against `peers`:
+    strategy name -> an earlier successful result with the same peer_key."""
     name = "sharding_order"
     me = result.get("strategy")
     if (result.get("world_size") or 1) < 2:

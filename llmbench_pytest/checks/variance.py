@@ -195,7 +195,8 @@ def _data_bound(result: Mapping[str, Any]) -> str:
 
 
 def check_repeat_spread(result: Mapping[str, Any], max_spread: float) -> CheckOutcome:
-    """Repeats agree: each repeat's tokens/s within the bound of their mean (seed 001: ±5%)."""
+    """Repeats agree: each repeat's tokens/s within the bound of their mean (the LoRA fine-tuning
+    guide: ±5%)."""
     name = "repeat_spread"
     rep = result.get("repeats")
     if not rep or rep.get("count", 1) < 2:

@@ -18,8 +18,8 @@ from typing import Any
 
 from .spec import SpecError
 
-# The encoder-decoder's config (seed 003's flags, a vocabulary and a position table): the plugin
-# checks these before any rank starts, the worker builds the model from them.
+# The encoder-decoder's config (the encoder-decoder benchmark's flags, a vocabulary and a position
+# table): the plugin checks these before any rank starts, the worker builds the model from them.
 ENCDEC_CONFIG_KEYS = (
     "vocab_size",
     "d_model",
@@ -46,8 +46,8 @@ class ModelPreset:
 
     name: str
     architecture: str
-    """Family of config class: llama, gpt2, mistral, encdec (seed 003's encoder-decoder, built by
-    worker/seq2seq.py), or auto (a local config.json read by AutoConfig)."""
+    """Family of config class: llama, gpt2, mistral, encdec (the encoder-decoder benchmark's model,
+    built by worker/seq2seq.py), or auto (a local config.json read by AutoConfig)."""
     config: dict[str, Any]
     """Keyword arguments for the config class (for a local file: its parsed contents)."""
     seq_len: int

@@ -14,8 +14,9 @@ Dtype = Literal["bf16", "fp16", "fp32"]
 Offload = Literal["none", "cpu", "nvme"]
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32")
 WORKLOADS: tuple[str, ...] = ("causal_lm", "lora", "seq2seq")
-"""causal_lm: pre-training a decoder; lora: LoRA fine-tuning of one (seed 001); seq2seq: an
-encoder-decoder Transformer on synthetic token pairs, from memory or disk (seed 003)."""
+"""causal_lm: pre-training a decoder; lora: LoRA fine-tuning of one (as the LoRA fine-tuning guide
+does); seq2seq: an encoder-decoder Transformer on synthetic token pairs, from memory or disk (as the
+encoder-decoder benchmark does)."""
 OPTIMIZERS: tuple[str, ...] = ("adamw_torch", "paged_adamw_8bit")
 DATA_SOURCES: tuple[str, ...] = ("memory", "disk")
 FUSED_LOSSES: tuple[str, ...] = ("none", "chunked", "liger")
@@ -214,7 +215,7 @@ class RunSpec:
     model_config: tuple[tuple[str, Any], ...] = ()
     """Overrides of the preset's config (--llmbench-model-config), sorted (key, value) pairs."""
     optimizer: str = "adamw_torch"
-    """adamw_torch, or paged_adamw_8bit (bitsandbytes, CUDA only; seed 001's choice)."""
+    """adamw_torch, or paged_adamw_8bit (bitsandbytes, CUDA only; the LoRA fine-tuning guide's choice)."""
     lora_rank: int = 16
     """LoRA rank r for the lora workload (alpha = 2r)."""
     data: str = "memory"
@@ -234,13 +235,14 @@ class RunSpec:
     """seq2seq: measure whole epochs after `epochs` while the mean is known less well than
     `precision`, up to this many steps (0: exactly `epochs`)."""
     shard_mb: float = 128.0
-    """seq2seq: target size of one disk shard in MB (seed 003: about 128)."""
+    """seq2seq: target size of one disk shard in MB (the encoder-decoder benchmark's: about 128)."""
     diagnostic: str | None = None
     memory_limit_gb: float | None = None
     """--llmbench-vram-limit-gb: the memory a configuration must fit in (else the device's own)."""
     run_unfit: bool = False
     """Run a configuration predicted not to fit (plan/predict.py) instead of skipping it."""
-    """The seed-001 diagnostic variant this run is (baseline, optimizer, lora_rank, ...), if any."""
+    """The LoRA fine-tuning guide's diagnostic variant this run is, if any (baseline, optimizer,
+    lora_rank, ...)."""
 
     def __post_init__(self) -> None:
         parse_strategy(self.name)

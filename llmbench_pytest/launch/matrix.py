@@ -173,8 +173,8 @@ def workload_model_mismatch(workload: str, name: str, architecture: str) -> str 
 
 
 def check_encdec_config(name: str, config: dict[str, Any]) -> None:
-    """Seed 003's shape rules, before any rank starts: every size a positive whole number, and
-    the heads dividing the model width."""
+    """The encoder-decoder benchmark's shape rules, before any rank starts: every size a positive
+    whole number, and the heads dividing the model width."""
     for key in ENCDEC_CONFIG_KEYS:
         value = config.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -187,8 +187,9 @@ def check_encdec_config(name: str, config: dict[str, Any]) -> None:
 
 
 def diagnostic_variants(base: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Seed 001's diagnostic matrix around one configuration: each variant changes one knob (the
-    fifth, two), so its speed-up over the baseline says whether that knob is the bottleneck."""
+    """The LoRA fine-tuning guide's diagnostic matrix around one configuration: each variant changes
+    one knob (the fifth, two), so its speed-up over the baseline says whether that knob is the
+    bottleneck."""
     other_opt = "paged_adamw_8bit" if base["optimizer"] == "adamw_torch" else "adamw_torch"
     other_dtype = "fp16" if base["dtype"] != "fp16" else "bf16"
     half_seq = max(1, base["seq_len"] // 2)
@@ -207,7 +208,7 @@ def build_matrix(
     opts: SessionOptions, hw: Hardware, sizes: list[int], launched: bool = False
 ) -> list[MatrixEntry]:
     """Every (world size, strategy, sequence length) of one benchmark test, in that order, each
-    expanded into seed 001's diagnostic variants with --llmbench-diagnostic.
+    expanded into the LoRA fine-tuning guide's diagnostic variants with --llmbench-diagnostic.
 
     `launched`: the world sizes are started by the launcher here, so sizes beyond this machine's
     devices are skipped (under torchrun the job's ranks may span nodes)."""
@@ -261,7 +262,7 @@ def _common_fields(opts: SessionOptions, hw: Hardware, model: str, tier: str) ->
         opts.dtype if opts.dtype != "auto" else ("bf16" if cuda and hw.bf16 else "fp16" if cuda else "fp32")
     )
     if opts.dtype == "auto" and cuda and opts.workload == "seq2seq":
-        dtype = "fp16"  # seed 003 benchmarks its encoder-decoder under fp16 autocast by default
+        dtype = "fp16"  # the encoder-decoder benchmark runs under fp16 autocast by default
     return {
         "model": model,
         "grad_accum": opts.grad_accum,
@@ -352,7 +353,7 @@ def _strategy_entries(
 def _variant_entries(
     opts: SessionOptions, hw: Hardware, test_id: str, base: dict[str, Any], offload: str
 ) -> list[MatrixEntry]:
-    """The configuration itself, or seed 001's diagnostic variants of it."""
+    """The configuration itself, or the LoRA fine-tuning guide's diagnostic variants of it."""
     named = opts.strategies != DEFAULT_STRATEGIES
     entries = []
     variants = diagnostic_variants(base) if opts.diagnostic else [("", base)]

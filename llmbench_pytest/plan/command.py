@@ -72,12 +72,12 @@ def _largest_batch(
 ) -> tuple[float, int]:
     """(GB per sequence, the largest batch whose predicted reserved memory fits): the end of forward
     grows with the batch (activations, temporaries), the optimizer step does not."""
-    room = capacity / RESERVED_OVER_ALLOCATED
+    headroom = capacity / RESERVED_OVER_ALLOCATED
     per_seq = (_activation(at_batch) - _activation(one)) / (batch - 1) if batch > 1 else _activation(one)
-    if one.step_gb > room or per_seq <= 0:
+    if one.step_gb > headroom or per_seq <= 0:
         return per_seq, 0
     fixed = one.parts["model_states"] + one.parts["buffers"] + _activation(one) - per_seq
-    return per_seq, max(0, math.floor((room - fixed) / per_seq))
+    return per_seq, max(0, math.floor((headroom - fixed) / per_seq))
 
 
 def format_table(model: str, gpu_name: str, capacity: float, gpus: int, batch: int, seq_len: int,

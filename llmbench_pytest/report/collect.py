@@ -39,7 +39,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        """The run's directory name without the `_results` suffix (seed 000's naming)."""
+        """The run's directory name without the `_results` suffix (the benchmark card's naming)."""
         name = self.path.parent.name
         return name.removesuffix("_results")
 
@@ -72,7 +72,7 @@ class Run:
         device = self.data.get("device") or (self.data.get("metadata") or {}).get("device")
         if device:
             return str(device)
-        # seed 000's thirteen fields alone: a peak VRAM figure means a GPU ran it
+        # the benchmark card's thirteen fields alone: a peak VRAM figure means a GPU ran it
         return "cuda" if self.data.get("peak_vram_gb") is not None else "unknown"
 
     @property
@@ -92,7 +92,8 @@ class Run:
 
     @property
     def memory_gb(self) -> float | None:
-        """Peak memory per rank: GPU peak allocated (seed 000's peak_vram_gb); on CPU, host RSS."""
+        """Peak memory per rank: GPU peak allocated (the benchmark card's peak_vram_gb); on CPU,
+        host RSS."""
         if self.is_cpu:
             return self.data.get("peak_host_rss_gb")
         return self.data.get("peak_vram_gb")

@@ -1,8 +1,9 @@
 """`llmbench compare A B ...`: the same configurations on different machines or runs, with prices.
 
-As seed 003's compare_results.py: per configuration tokens/s, step time, peak memory and the
-speed-up over the first input that ran it; with one price per input ($ per GPU-hour, seed 003's
-`--cost 3.00 5.50`) the cost of a million tokens and of a thousand samples (seed 001):
+As the encoder-decoder benchmark's compare_results.py: per configuration tokens/s, step time, peak
+memory and the speed-up over the first input that ran it; with one price per input ($ per GPU-hour,
+the encoder-decoder benchmark's `--cost 3.00 5.50`) the cost of a million tokens and of a thousand
+samples (the LoRA fine-tuning guide's):
 
     $ per second of the job = price per GPU-hour x world size / 3600
     $ per 1M tokens        = $ per second / tokens per second x 1,000,000

@@ -1,4 +1,4 @@
-"""Reading a result's GPU measurements (issue 5, "GPU truth") for the report, and what they mean.
+"""Reading a result's GPU measurements for the report, and what they mean.
 
 Standard library only. The fields: the model-state census against the ZeRO-paper prediction, the
 profiler's time in collectives and host-to-device bytes, the link probe, and the NVML monitor.

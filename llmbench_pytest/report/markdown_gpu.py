@@ -1,4 +1,4 @@
-"""BENCHMARK_REPORT.md's sections on what the GPU measurements say (issue 5, "GPU truth").
+"""BENCHMARK_REPORT.md's sections on what the GPU measurements say.
 
 - *Memory: measured vs predicted*: the model-state census against the ZeRO paper, flagged runs;
 - *Where the time goes*: time in collectives and its exposed part, bus volume and bus GB/s,

@@ -1,5 +1,5 @@
-"""Report sections for the seeds' other workloads: seed 001's diagnostic matrix, the batch search,
-and seed 003's encoder-decoder epochs (memory against disk).
+"""Report sections for the other workloads: the LoRA fine-tuning guide's diagnostic matrix, the
+batch search, and the encoder-decoder benchmark's epochs (memory against disk).
 
 Standard library and tabulate (through md_table). Sections are absent when no run carries the data.
 """
@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from .collect import Run
 
 WORKED = 1.05
-"""A variant 'worked' when it is at least 5% faster than the baseline in samples/s (seed 001's
-table reports speed-ups in samples/s); smaller changes are within run-to-run noise."""
+"""A variant 'worked' when it is at least 5% faster than the baseline in samples/s (the LoRA
+fine-tuning guide's table reports speed-ups in samples/s); smaller changes are within run-to-run noise."""
 
 _KNOBS = ("seq_len", "per_device_batch", "optimizer", "lora_rank", "dtype")
 
@@ -36,7 +36,8 @@ def _change(base: dict[str, Any], d: dict[str, Any]) -> str:
 
 
 def diagnostic(runs: Sequence[Run]) -> list[str]:
-    """Seed 001's diagnostic matrix: each variant's speed-up over its baseline, and what worked."""
+    """The LoRA fine-tuning guide's diagnostic matrix: each variant's speed-up over its baseline,
+    and what worked."""
     groups: dict[tuple[Any, ...], dict[str, Run]] = {}
     for run in runs:
         variant = run.data.get("diagnostic")
@@ -207,8 +208,8 @@ def _disk_cost(memory: list[Run], disk: list[Run]) -> list[str]:
 
 
 def encoder_decoder(runs: Sequence[Run]) -> list[str]:
-    """Seed 003's epochs: wall time, throughput over the wall clock, time waiting for data, and
-    what reading from disk cost against the same configuration in memory."""
+    """The encoder-decoder benchmark's epochs: wall time, throughput over the wall clock, time
+    waiting for data, and what reading from disk cost against the same configuration in memory."""
     epoch_runs = [r for r in runs if r.data.get("epochs") and r.status == "ok"]
     if not epoch_runs:
         return []

@@ -1,11 +1,11 @@
-"""summary/metrics.csv: one row per result file, seed 000's columns first.
+"""summary/metrics.csv: one row per result file, the benchmark card's columns first.
 
-Standard library only. Column order: seed 000's thirteen fields, then `scaling_efficiency_pct`
-(seed 000's fourteenth column), then what llmbench adds, then the GPU measurements (memory model,
-communication, host-device, NVML monitor, timing agreement), the workloads', the batch search's
-and the technique axes', each group appended last so that existing columns keep their positions.
-Values are the result file's, unrounded, so a spreadsheet can redo any figure; a value that was
-not measured is an empty cell; lists are joined with ';'.
+Standard library only. Column order: the benchmark card's thirteen fields, then
+`scaling_efficiency_pct` (the benchmark card's fourteenth column), then what llmbench adds, then the
+GPU measurements (memory model, communication, host-device, NVML monitor, timing agreement), the
+workloads', the batch search's and the technique axes', each group appended last so that existing
+columns keep their positions. Values are the result file's, unrounded, so a spreadsheet can redo any
+figure; a value that was not measured is an empty cell; lists are joined with ';'.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from .collect import Run
 
-SEED_COLUMNS = SEED_FIELDS  # seed 000's thirteen, in its order (results/schema.py)
+SEED_COLUMNS = SEED_FIELDS  # the benchmark card's thirteen, in its order (results/schema.py)
 
 # read straight from result.json
 RESULT_COLUMNS = (
@@ -65,7 +65,7 @@ DERIVED_COLUMNS = (
     "result_path",
 )
 
-# the GPU measurements (issue 5), appended so that the columns above keep their positions
+# the GPU measurements, appended so that the columns above keep their positions
 GPU_RESULT_COLUMNS = (
     "compile",
     "model_state_host_gb",
@@ -120,7 +120,8 @@ WORKLOAD_COLUMNS = (
     "cost_per_1m_tokens_usd",
 )
 BATCH_SEARCH_COLUMNS = ("batch_search_max_fitting", "batch_search_best", "batch_search_best_tokens_per_sec")
-# the technique axes (issue 17), appended last so that the columns above keep their positions
+# the technique axes (fused loss, fp8, attention backend), appended last so that the columns above
+# keep their positions
 TECHNIQUE_COLUMNS = (
     "fused_loss",
     "fp8",

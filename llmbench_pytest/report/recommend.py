@@ -1,4 +1,4 @@
-"""The recommendation: which configuration to train with, and the patterns seed 000 names.
+"""The recommendation: which configuration to train with, and the patterns the benchmark card names.
 
 Standard library only. Runs are compared only with runs of the same scenario (model, shapes,
 precision, hardware, world size): a ZeRO-3 run on 8 GPUs is not "faster" than DDP on one. Every
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class PatternRules:
-    """Thresholds for seed 000's result patterns; each compares runs of one scenario."""
+    """Thresholds for the benchmark card's result patterns; each compares runs of one scenario."""
 
     near_fastest: float = 0.10
     """Within this fraction of the scenario's best tokens/s counts as fast (pattern 1); within this
@@ -34,8 +34,8 @@ class PatternRules:
     good_speed: float = 0.75
     """At least this fraction of the scenario's best tokens/s is good speed (pattern 2)."""
     poor_scaling: float = 0.60
-    """Scaling efficiency below this is poor scaling (pattern 4). Seed 000 calls < 30% at 4 GPUs
-    'investigate' under its 50%-at-2-GPUs convention: about 60% in this project's terms."""
+    """Scaling efficiency below this is poor scaling (pattern 4). The benchmark card calls < 30% at
+    4 GPUs 'investigate' under its 50%-at-2-GPUs convention: about 60% in this project's terms."""
 
 
 PATTERNS = {
@@ -48,7 +48,7 @@ PATTERNS = {
 
 @dataclass(frozen=True)
 class Finding:
-    """One configuration showing one of seed 000's patterns."""
+    """One configuration showing one of the benchmark card's patterns."""
 
     pattern: str
     config: Config
@@ -163,8 +163,8 @@ def _leaner_alternative(c: Config, others: list[Config], rules: PatternRules) ->
 
 
 def _patterns(ok: list[Config], fastest: Config, rules: PatternRules) -> list[Finding]:
-    """Seed 000's patterns 1-3 among the finished configurations of one scenario. Memory is
-    weighed against what a configuration of similar speed needs, never against one much slower:
+    """The benchmark card's patterns 1-3 among the finished configurations of one scenario. Memory
+    is weighed against what a configuration of similar speed needs, never against one much slower:
     an offload run at a third of the speed makes nothing 'memory-hungry'."""
     with_mem = [c for c in ok if c.memory_gb and c.tokens_per_sec]
     if len(with_mem) < 2:

@@ -12,8 +12,8 @@ labels which one a number comes from:
   GPU gets less work as N grows; ideal step time is the baseline's divided by N, which is again
   N times the throughput.
 
-A series with a measured 1-GPU run is preferred over one without, weak over strong. The seed's
-"50% at 2 GPUs as baseline" is a convention this project does not copy.
+A series with a measured 1-GPU run is preferred over one without, weak over strong. The benchmark
+card's "50% at 2 GPUs as baseline" is a convention this project does not copy.
 """
 
 from __future__ import annotations

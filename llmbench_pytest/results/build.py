@@ -1,7 +1,7 @@
 """result.json's contents: from one run's Measurement and the session's facts to the document.
 
-Standard library only. Seed 000's thirteen fields come first (results/schema.py); the rest is
-built section by section below, in the order the file lists them. Where files go and how they are
+Standard library only. The benchmark card's thirteen fields come first (results/schema.py); the rest
+is built section by section below, in the order the file lists them. Where files go and how they are
 written is results/storage.py.
 """
 
@@ -103,7 +103,7 @@ def _seed_fields(
     tokens_per_sec: float | None,
     h2d_gbps: float | None,
 ) -> dict[str, Any]:
-    """Seed 000's thirteen fields, in its order (results/schema.py: SEED_FIELDS)."""
+    """The benchmark card's thirteen fields, in its order (results/schema.py: SEED_FIELDS)."""
     losses = m.losses
     return {
         "strategy": spec.name,
@@ -383,7 +383,8 @@ def _measurement(m: Measurement) -> dict[str, Any] | None:
 def _costs(
     price: float | None, world_size: int, samples_per_sec: float | None, tokens_per_sec: float | None
 ) -> dict[str, float | None]:
-    """Seed 001's cost per 1K samples (and per 1M tokens) at `price` dollars per GPU-hour."""
+    """The LoRA fine-tuning guide's cost per 1K samples (and per 1M tokens) at `price` dollars per
+    GPU-hour."""
     if not price or not samples_per_sec or not tokens_per_sec:
         return {"price_per_gpu_hour": price, "cost_per_1k_samples_usd": None, "cost_per_1m_tokens_usd": None}
     per_second = price * world_size / 3600
@@ -415,7 +416,8 @@ def _min_rank(per_rank: list[dict[str, Any]], key: str) -> Any:
 def _communication(
     spec: RunSpec, m: Measurement, traces: list[dict[str, Any]], mean_step: float | None
 ) -> dict[str, Any] | None:
-    """Analytical bus volume per step next to the profiler's time in collectives (seed 004)."""
+    """Analytical bus volume per step next to the profiler's time in collectives (the performance
+    analysis guide's idea)."""
     params = m.model.get("params")
     if not params or mean_step is None:
         return None

@@ -1,4 +1,4 @@
-"""result.json's shape: seed 000's leading fields, the file name, the schema version, its units.
+"""result.json's shape: the benchmark card's leading fields, the file name, the schema version, its units.
 
 Standard library only; read by the results builder, the report and the metrics CSV alike.
 """
@@ -31,10 +31,10 @@ SEED_FIELDS = (
     "peak_vram_gb",
     "h2d_gbps_per_gpu",
 )
-"""The first thirteen fields, exactly seed 000's example and in its order, so tools written for
-it keep working; everything llmbench adds follows them."""
+"""The first thirteen fields, exactly the benchmark card's example and in its order, so tools
+written for it keep working; everything llmbench adds follows them."""
 
-GB = 1e9  # result files use decimal GB, as seed 000 does (13.96808448 GB)
+GB = 1e9  # result files use decimal GB, as the benchmark card does (13.96808448 GB)
 
 
 class RunResult(Mapping[str, Any]):

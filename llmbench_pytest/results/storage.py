@@ -1,6 +1,6 @@
 """Where a run's files live and how they are written: never overwritten, never half-written.
 
-Standard library only. Files go where seed 000 puts them
+Standard library only. Files go where the benchmark card puts them
 (`results/bench-<host>-<strategy>-ws<N>-seq<L>.log` and `..._results/result.json`; a technique
 off its default adds `-loss_chunked`, `-fp8_tensorwise`, `-attn_flash`); a run claims its
 directory with an atomic mkdir and never reuses an earlier one (a second run of the same
@@ -52,8 +52,8 @@ def claim_run_paths(results_dir: Path, spec: RunSpec, host: str | None = None) -
     """Create this run's result directory; an existing one (an earlier run) is never reused."""
     results_dir.mkdir(parents=True, exist_ok=True)
     stem = f"bench-{host or short_host()}-{spec.name}-ws{spec.world_size}-seq{spec.seq_len}"
-    # seed 000's name is a pretraining run's; another workload, a diagnostic variant, data from
-    # disk and the technique axes off their defaults name the run too, so that the default
+    # the benchmark card's name is a pretraining run's; another workload, a diagnostic variant, data
+    # from disk and the technique axes off their defaults name the run too, so that the default
     # session's LoRA and encoder-decoder folders do not read as repeats (-r2, -r3) of pretraining
     stem += f"-{spec.workload}" if spec.workload != "causal_lm" else ""
     stem += f"-{spec.diagnostic}" if spec.diagnostic else ""

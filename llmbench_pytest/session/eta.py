@@ -26,11 +26,11 @@ if TYPE_CHECKING:
     from ..config.spec import RunSpec
 
 START_S = {"cpu": 10.0, "cuda": 25.0}
-"""Seconds a configuration costs outside its steps (issue 14: ~10 s on CPU, 13 + 11 s on H100)."""
+"""Seconds a configuration costs outside its steps (measured: ~10 s on CPU, 13 + 11 s on H100)."""
 RANK_FLOPS = {"cpu": 4e10, "cuda": 3e14}
-"""Training FLOP/s one rank sustains (issue 14: llama-tiny on a CPU core, llama-1b DDP on H100)."""
+"""Training FLOP/s one rank sustains (measured: llama-tiny on a CPU core, llama-1b DDP on H100)."""
 OFFLOAD_FACTOR = {"none": 1.0, "cpu": 8.0, "nvme": 12.0}
-"""Step-time multiple of optimizer offload (issue 14: zero2_offload ~9x DDP's step on H100)."""
+"""Step-time multiple of optimizer offload (measured: zero2_offload ~9x DDP's step on H100)."""
 _UNKNOWN_PARAMS = 100e6
 
 

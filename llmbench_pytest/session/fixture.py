@@ -2,7 +2,7 @@
 
     def test_pretrain(llmbench):
         result = llmbench.train()      # real training; result.json + pytest-benchmark stats
-        llmbench.validate(result)      # the seeds' checks, as assertions with the numbers
+        llmbench.validate(result)      # the validation checks, as assertions with the numbers
 
 How the ranks start depends on the session: under torchrun this process is one of them
 (in-rank); otherwise each configuration runs as its own torchrun group (launcher) or, with
@@ -306,8 +306,9 @@ class LlmbenchFixture:
         variation under --llmbench-max-cv (10%).
         mean_interval: on a GPU, the mean step time known to --llmbench-max-interval (+-10%, 95%).
         loss_falls: the last third of the measured losses below the first third.
-        sharding: on a GPU at world size 2+, peak memory in seed 000's order (ZeRO and FSDP below
-        DDP, FSDP not below ZeRO-3), against this session's runs of the same model and shapes.
+        sharding: on a GPU at world size 2+, peak memory in the benchmark card's order (ZeRO and
+        FSDP below DDP, FSDP not below ZeRO-3), against this session's runs of the same model and
+        shapes.
         scaling: on a GPU, tokens/s against the same configuration at the smallest world size of
         the session, at least --llmbench-min-scaling (60%) of linear.
         repeat_spread: with --llmbench-repeat, every repeat's tokens/s within
@@ -367,7 +368,8 @@ def _path(result: RunResult) -> str | None:
 
 
 def summarize_repeats(runs: list[RunResult]) -> dict[str, Any]:
-    """Mean and spread of a configuration's repeats (seed 001's node-to-node consistency)."""
+    """Mean and spread of a configuration's repeats (the LoRA fine-tuning guide's node-to-node
+    consistency)."""
     rates = [r["tokens_per_sec"] for r in runs]
     steps = [r["mean_step_time_sec"] for r in runs]
     mean = mean_of(rates) or 0.0

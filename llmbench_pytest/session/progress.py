@@ -9,11 +9,11 @@ configuration as it starts and as it ends, with k/N and the ETA. -q keeps only t
 (the live region leaves nothing behind, so it stays); -qq shows nothing.
 
 The display never runs in the ranks' timed code: in launcher mode it is fed from the launcher's
-polling loop in this process (rank 0's heartbeat, issue 14's progress contract), and in-process
-or in-rank, where the feed comes from the rank's own log records, it is not redrawn while a
-window is being measured. Under torchrun only rank 0 shows it. It writes to the terminal only
-while a benchmark trains, with pytest's capture suspended the way pytest's live logging does it,
-and clears its region before pytest reports the test, so pytest's output and summary are intact.
+polling loop in this process (rank 0's heartbeat, under worker/progress.py's progress contract), and
+in-process or in-rank, where the feed comes from the rank's own log records, it is not redrawn while
+a window is being measured. Under torchrun only rank 0 shows it. It writes to the terminal only
+while a benchmark trains, with pytest's capture suspended the way pytest's live logging does it, and
+clears its region before pytest reports the test, so pytest's output and summary are intact.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ PHASES = {
 
 
 class ProgressSink(Protocol):
-    """What the llmbench fixture tells the display (issue 14's progress contract)."""
+    """What the llmbench fixture tells the display (worker/progress.py's progress contract)."""
 
     def config_started(self, nodeid: str, spec: RunSpec) -> None: ...
     def on_progress(self, event: dict[str, Any]) -> None: ...

@@ -1,4 +1,5 @@
-"""Runs inside each rank: the encoder-decoder's loop, in epochs over a DataLoader (seed 003).
+"""Runs inside each rank: the encoder-decoder's loop, in epochs over a DataLoader (as the
+encoder-decoder benchmark trains).
 
 Warm-up epochs run first and are left out of every number. Each measured epoch is timed by the
 host clock, synchronized at both ends, and holds:

@@ -3,8 +3,8 @@
 A model here is a module plus what the loop and the metrics need from it: the loss for a batch,
 the parameter count, the FLOPs per token (from the config, PaLM appendix B), and the class of
 its repeated block (FSDP shards per block). Each workload (WORKLOADS) has its own builder and
-loss: causal LMs from transformers configs, the same wrapped with LoRA adapters, and seed 003's
-encoder-decoder (seq2seq.py).
+loss: causal LMs from transformers configs, the same wrapped with LoRA adapters, and the
+encoder-decoder benchmark's model (seq2seq.py).
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ def build_causal_lm(
     )
 
 
-# LoRA targets by architecture: the attention projections, as seed 001's recipe adapts them
+# LoRA targets by architecture: the attention projections, as the LoRA fine-tuning guide's recipe
+# adapts them
 _LORA_TARGETS = {
     "llama": ["q_proj", "k_proj", "v_proj", "o_proj"],
     "mistral": ["q_proj", "k_proj", "v_proj", "o_proj"],

@@ -1,6 +1,6 @@
-"""Runs inside each rank: seed 003's encoder-decoder Transformer, built from its config.
+"""Runs inside each rank: the encoder-decoder benchmark's Transformer, built from its config.
 
-The shapes are the seed's flags (d_model, nhead, num_encoder_layers, num_decoder_layers,
+The shapes are that benchmark's flags (d_model, nhead, num_encoder_layers, num_decoder_layers,
 dim_feedforward) plus a vocabulary and a position table (max_len). Each layer is a pre-norm block
 (no dropout: a benchmark wants the same work every step) with the parameters of torch's
 TransformerEncoderLayer/DecoderLayer, attention through scaled_dot_product_attention. The layers

@@ -180,7 +180,7 @@ def _convert_fp8(
     emulate = device.type != "cuda"  # CPU: fp8 matmuls emulated in fp32, a smoke test of the path
     config = dataclasses.replace(config, enable_fsdp_float8_all_gather=all_gather, emulate=emulate)
     if spec.fp8 == "rowwise":
-        # as torchtitan does for rowwise scaling under compile (pytorch issue 150859)
+        # as torchtitan does for rowwise scaling under compile (pytorch/pytorch#150859)
         _set_flag(applied, torch._inductor.config, "emulate_precision_casts", True)
     convert_to_float8_training(built.module, module_filter_fn=_fp8_filter, config=config)
     layers = sum(type(m).__name__ == "Float8Linear" for m in built.module.modules())

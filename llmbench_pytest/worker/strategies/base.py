@@ -48,9 +48,10 @@ def autocast(spec: RunSpec, device: torch.device) -> contextlib.AbstractContextM
 
 
 def make_optimizer(params: Any, spec: RunSpec, device: torch.device) -> torch.optim.Optimizer:
-    """The run's optimizer over the parameters that train (LoRA freezes the rest): torch's AdamW
-    as a user would pick it (the fused CUDA kernel on GPU, foreach on CPU), or bitsandbytes'
-    paged 8-bit AdamW (seed 001), whose state pages to host memory under pressure."""
+    """The run's optimizer over the parameters that train (LoRA freezes the rest): torch's AdamW as
+    a user would pick it (the fused CUDA kernel on GPU, foreach on CPU), or bitsandbytes' paged
+    8-bit AdamW (the LoRA fine-tuning guide's choice), whose state pages to host memory under
+    pressure."""
     trainable = [p for p in params if p.requires_grad]
     if spec.optimizer == "paged_adamw_8bit":
         import bitsandbytes as bnb
