@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from .nvml import nvml_session, text
 from .spec import SpecError
@@ -110,6 +111,16 @@ def _cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _no_gpu_device_nodes() -> bool:
+    """Linux shows every GPU torch could use as a device node (NVIDIA: /dev/nvidiaN, ROCm: /dev/kfd,
+    WSL: /dev/dxg). With none, asking torch is not needed: importing it is 1.5 s of every session's
+    start-up on a 2-core machine, in a process that otherwise never needs it."""
+    dev = Path("/dev")
+    if not (dev / "null").exists():
+        return False  # no /dev to read: ask torch
+    return not (any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists() or (dev / "dxg").exists())
+
+
 def _from_nvml() -> Hardware | None:
     # respects CUDA_VISIBLE_DEVICES only when it lists indices; otherwise torch decides below
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -144,7 +155,7 @@ def detect(preference: str = "auto", local_rank: int = 0) -> Hardware:
     if preference == "cpu":
         return Hardware(device="cpu", cpu_cores=_cpu_cores())
     found = _from_nvml()
-    if found is None:
+    if found is None and not _no_gpu_device_nodes():
         import torch
 
         if torch.cuda.is_available():
