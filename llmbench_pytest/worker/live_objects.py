@@ -31,14 +31,19 @@ _FROZEN: list[weakref.ref[torch.Tensor]] = []
 """The tensors among the frozen objects (empty while nothing is frozen)."""
 
 
-def live_tensors() -> Iterator[torch.Tensor]:
-    """Every tensor Python holds: the collector's objects, then the frozen ones still alive. A
-    tensor is listed once, unless it was created after `settle` and is also frozen (never)."""
+def _in_view() -> Iterator[torch.Tensor]:
+    """The tensors among the objects the collector sees (not frozen)."""
     for obj in gc.get_objects():
         # type() rather than isinstance(): isinstance reads __class__, which some lazy objects
         # (deprecated torch aliases) answer with a warning
         if issubclass(type(obj), torch.Tensor):
             yield obj
+
+
+def live_tensors() -> Iterator[torch.Tensor]:
+    """Every tensor Python holds: the collector's objects, then the frozen ones still alive. A
+    tensor is listed once: it is either in view or frozen."""
+    yield from _in_view()
     for ref in _FROZEN:
         t = ref()
         if t is not None:
@@ -49,13 +54,10 @@ def settle() -> None:
     """Freeze everything alive now, keeping a weak reference to each tensor among it. Called just
     after a collection (a teardown's and its leftover check's): garbage frozen by a caller that
     skipped it is collected at the next `thaw`."""
-    kept = []
-    for obj in gc.get_objects():
-        if issubclass(type(obj), torch.Tensor):
-            try:
-                kept.append(weakref.ref(obj))
-            except TypeError:  # a tensor type without weak references: keep it in view instead
-                return
+    try:
+        kept = [weakref.ref(t) for t in _in_view()]
+    except TypeError:  # a tensor type without weak references: leave everything in view
+        return
     _FROZEN.extend(kept)
     gc.freeze()
 
