@@ -52,6 +52,8 @@ def test_default_matrix_every_strategy_at_world_sizes_1_and_2(default_matrix):
         assert run["tokens_per_sec"] == pytest.approx(ws * 2 * 128 / run["mean_step_time_sec"])
         assert run["last_loss"] < run["first_loss"], name  # synthetic data is learnable
         assert len(run["step_times_sec"]) == run["steps"] and len(run["per_rank"]) == ws
+        # each rank's collections inside the window, by generation, for a noisy step time's reader
+        assert all(len(r["gc_pauses"]["collections"]) == 3 for r in run["per_rank"]), name
         checks = {c["name"]: c for c in run["checks"]}
         assert set(checks) >= {"peak_memory", "model_states", "step_time_cv", "mean_interval", "loss_falls"}
         assert set(checks) >= {"sharding_order", "scaling", "repeat_spread"}

@@ -516,6 +516,7 @@ def _rank_view(r: dict[str, Any]) -> dict[str, Any]:
         "gpu_monitor": r.get("gpu_monitor"),
         "profile": r.get("trace"),
         "epochs": r.get("epochs"),
+        "gc_pauses": r.get("gc_pauses"),
     }
 
 

@@ -22,6 +22,7 @@ import torch
 
 from .adaptive import CAP, FIXED, STOPPED_BY, StopRule, check_point
 from .faults import maybe_inject
+from .gc_pauses import GcPauses
 from .memory import PeakMemory, census_at_end_of_backward, census_bytes
 from .monitor import GpuMonitor
 from .profiling import profile_steps
@@ -72,6 +73,8 @@ class LoopSamples:
     """Why the window ended: fixed (a set count or epochs), precision (reached), cap (reached first)."""
     plan: dict[str, Any] = field(default_factory=dict)
     """What the measurement was asked for (adaptive.StopRule.plan)."""
+    gc_pauses: dict[str, Any] | None = None
+    """Python's garbage collections inside the window and the time they held the host (gc_pauses.py)."""
 
 
 class Feed:
@@ -153,7 +156,9 @@ class Window:
         self.clock = StepClock(device)
         self.peak = PeakMemory(device)
         self.monitor = GpuMonitor(device)
+        self.collector = GcPauses()
         self.gpu: dict[str, Any] | None = None
+        self.gc_pauses: dict[str, Any] | None = None
         self.memory: dict[str, int | bool | None] = {}
         self.h2d_bytes = 0
 
@@ -161,10 +166,12 @@ class Window:
         feed.h2d_bytes = 0
         self.peak.reset()
         self.monitor.start()
+        self.collector.start()
         self.clock.start_window()
 
     def close(self, feed: Feed) -> None:
         self.clock.end_window()
+        self.gc_pauses = self.collector.stop()
         self.gpu = self.monitor.stop()
         self.memory = self.peak.read()
         self.h2d_bytes = feed.h2d_bytes
@@ -190,6 +197,7 @@ class Window:
             gpu_monitor=self.gpu,
             gpu_monitor_error=self.monitor.error,
             trace=trace,
+            gc_pauses=self.gc_pauses,
             **extra,
         )
 

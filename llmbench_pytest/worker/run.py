@@ -299,6 +299,7 @@ def combine(
             gpu_monitor=samples.gpu_monitor,
             gpu_monitor_error=samples.gpu_monitor_error,
             trace=samples.trace,
+            gc_pauses=samples.gc_pauses,
             epochs=samples.epochs,
             data_source=samples.data,
             **samples.memory,
