@@ -2,6 +2,7 @@
 
     python tools/gpu/warm_vs_isolated.py                                   # default small matrix
     python tools/gpu/warm_vs_isolated.py --rounds 2 --out /tmp/wvi -- --llmbench-strategies=ddp,fsdp,zero2
+    python tools/gpu/warm_vs_isolated.py --rounds 3 --warm-first ddp -- --llmbench-strategies=zero3
 
 Runs `pytest benchmarks/test_pretrain.py` with the same options twice per round: once with warm
 ranks (the default: one torchrun group serves every configuration of a world size) and once with
@@ -40,9 +41,20 @@ DEFAULT = ["--llmbench-strategies=ddp,fsdp,zero2,zero3,zero2_offload"]
 BOUNDS = {"tokens_per_sec": 0.01, "peak_vram_gb": 0.02, "peak_reserved_gb": 0.02, "model_state_gb": 1e-4}
 
 
-def run(mode: str, out: Path, extra: list[str]) -> int:
+def with_first(extra: list[str], first: str) -> list[str]:
+    """The session's options with FIRST trained before the strategies they name."""
+    named = [a for a in extra if a.startswith("--llmbench-strategies=")]
+    if not named:
+        sys.exit("--warm-first needs the strategies named: -- --llmbench-strategies=...")
+    strategies = named[-1].split("=", 1)[1]
+    return [a for a in extra if a not in named] + [f"--llmbench-strategies={first},{strategies}"]
+
+
+def run(mode: str, out: Path, extra: list[str], warm_first: str | None = None) -> int:
     where = out / mode
     cmd = [sys.executable, "-m", "pytest", "benchmarks/test_pretrain.py", "-p", "no:cacheprovider", "-q"]
+    if mode.startswith("warm") and warm_first:
+        extra = with_first(extra, warm_first)
     cmd += [f"--llmbench-results-dir={where}", *extra]
     if mode.startswith("isolated"):
         cmd.append("--llmbench-isolate")
@@ -64,7 +76,7 @@ def compare(out: Path, rounds: int) -> tuple[list[dict[str, Any]], bool]:
     warm = [figures(out / f"warm{r}") for r in range(rounds)]
     iso = [figures(out / f"isolated{r}") for r in range(rounds)]
     rows, ok = [], True
-    for key in sorted(set.intersection(*(set(f) for f in warm + iso))):
+    for key in sorted(set.intersection(*(set(f) for f in warm + iso))):  # a --warm-first strategy: warm only
         row: dict[str, Any] = {"config": key}
         for name, bound in BOUNDS.items():
             w = [f[key][name] for f in warm if f[key][name] is not None]
@@ -88,6 +100,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/llmbench/warm_vs_isolated"))
     parser.add_argument("--only", choices=("warm", "isolated"), help="run only this half's sessions")
     parser.add_argument(
+        "--warm-first",
+        metavar="STRATEGY",
+        help="the warm sessions train STRATEGY first (left out of the comparison), so that the first "
+        "strategy compared runs on ranks that already trained one: without it, the warm session's "
+        "first configuration starts fresh ranks like the isolated one",
+    )
+    parser.add_argument(
         "--compare-only", action="store_true", help="run nothing: compare the sessions already in --out"
     )
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then options for both sessions")
@@ -99,7 +118,7 @@ def main() -> int:
         order = ("warm", "isolated") if r % 2 == 0 else ("isolated", "warm")
         for mode in order:
             if args.only in (None, mode):
-                codes.append(run(f"{mode}{r}", args.out, extra))
+                codes.append(run(f"{mode}{r}", args.out, extra, args.warm_first))
     if args.only:
         return max(codes)  # pytest's own status: a failed check in this half shows here
     rows, ok = compare(args.out, args.rounds)
