@@ -22,7 +22,7 @@ import torch
 
 from .adaptive import CAP, FIXED, STOPPED_BY, StopRule, check_point
 from .faults import maybe_inject
-from .gc_pauses import GcPauses
+from .gc_pauses import GcPauses, collect_before_window
 from .memory import PeakMemory, census_at_end_of_backward, census_bytes
 from .monitor import GpuMonitor
 from .profiling import profile_steps
@@ -163,6 +163,7 @@ class Window:
         self.h2d_bytes = 0
 
     def open(self, feed: Feed) -> None:
+        collect_before_window()
         feed.h2d_bytes = 0
         self.peak.reset()
         self.monitor.start()
