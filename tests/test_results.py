@@ -92,6 +92,8 @@ def test_other_workloads_and_variants_are_named_not_numbered_as_repeats(tmp_path
             SPEC.replace(workload="lora", diagnostic="fp16"),
             SPEC.replace(workload="seq2seq"),
             SPEC.replace(workload="seq2seq", data="disk"),
+            SPEC.replace(compile=True),
+            SPEC.replace(grad_ckpt=True),
         )
     ]
     assert names == [
@@ -100,6 +102,8 @@ def test_other_workloads_and_variants_are_named_not_numbered_as_repeats(tmp_path
         "bench-node1-zero2-ws2-seq128-lora-fp16_results",
         "bench-node1-zero2-ws2-seq128-seq2seq_results",
         "bench-node1-zero2-ws2-seq128-seq2seq-disk_results",
+        "bench-node1-zero2-ws2-seq128-compile_results",
+        "bench-node1-zero2-ws2-seq128-ckpt_results",
     ]
 
 

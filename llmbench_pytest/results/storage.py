@@ -1,8 +1,9 @@
 """Where a run's files live and how they are written: never overwritten, never half-written.
 
 Standard library only. Files go where the benchmark card puts them
-(`results/bench-<host>-<strategy>-ws<N>-seq<L>.log` and `..._results/result.json`; a technique
-off its default adds `-loss_chunked`, `-fp8_tensorwise`, `-attn_flash`); a run claims its
+(`results/bench-<host>-<strategy>-ws<N>-seq<L>.log` and `..._results/result.json`; compiling adds
+`-compile`, activation checkpointing `-ckpt`, a technique off its default `-loss_chunked`,
+`-fp8_tensorwise`, `-attn_flash`); a run claims its
 directory with an atomic mkdir and never reuses an earlier one (a second run of the same
 configuration gets `-r2`, `-r3`, ...). Every write is write-then-rename, here and in the ranks'
 heartbeat files (worker/progress.py).
@@ -58,6 +59,9 @@ def claim_run_paths(results_dir: Path, spec: RunSpec, host: str | None = None) -
     stem += f"-{spec.workload}" if spec.workload != "causal_lm" else ""
     stem += f"-{spec.diagnostic}" if spec.diagnostic else ""
     stem += f"-{spec.data}" if spec.data != "memory" else ""
+    # compiled or checkpointed runs beside the eager one are other configurations, not its repeats
+    stem += "-compile" if spec.compile else ""
+    stem += "-ckpt" if spec.grad_ckpt else ""
     for prefix, value, default in (
         ("loss", spec.fused_loss, "none"),
         ("fp8", spec.fp8, "none"),
