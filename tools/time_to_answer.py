@@ -35,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _child import run_session
 
+from llmbench_pytest.session.ops_ahead import JSON_NAME as OPS_AHEAD_JSON
+
 RESULTS_OPTION = "--llmbench-results-dir"
 UNFINISHED = {2, 124, 137}
 """Exit codes of a session that did not finish: pytest interrupted, or `timeout` ending it."""
@@ -110,7 +112,7 @@ def _row(data: dict[str, Any]) -> dict[str, Any]:
 def _ops_ahead(results_dir: Path) -> dict[str, Any] | None:
     """What the session's background op build wrote (session/ops_ahead.py), if it ran."""
     try:
-        return json.loads((results_dir / "ops-ahead.json").read_text())
+        return json.loads((results_dir / OPS_AHEAD_JSON).read_text())
     except (OSError, ValueError):
         return None
 
