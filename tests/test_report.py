@@ -379,6 +379,20 @@ def test_cpu_results_are_labelled_smoke_with_host_rss_and_mfu_reason(tmp_path: P
     assert row["peak_vram_gb"] == "" and float(row["peak_host_rss_gb"]) == pytest.approx(0.53)
 
 
+def test_cpu_runs_get_no_poor_scaling_advice(tmp_path: Path) -> None:
+    """Ranks on one CPU share its cores: scaling there says nothing of an interconnect, so the
+    report gives no advice to check one (the scaling check gives no verdict either)."""
+    root = write_runs(
+        tmp_path / "r",
+        make_result("ddp", 1, device="cpu", peak_gb=0.53, step=0.12),
+        make_result("ddp", 2, device="cpu", peak_gb=0.60, step=0.48),  # 25% of linear
+    )
+    assert llmbench("report", root, "--no-plots").returncode == 0
+    md = (root / "summary" / "BENCHMARK_REPORT.md").read_text()
+    assert "### llama-tiny, seq 128, batch 2x1 per rank, fp32 on 2 CPU ranks (CPU smoke)" in md
+    assert "poor scaling" not in md and "interconnect" not in md
+
+
 def test_corrupt_result_is_named_and_the_rest_still_used(gpu_results: Path) -> None:
     bad = gpu_results / "bench-h-zero1-ws2-seq128_results" / "result.json"
     bad.parent.mkdir()

@@ -345,8 +345,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "profile",
         "keep a torch.profiler trace of two untimed steps after the window from rank 0 "
-        "(rank0.pt.trace.json beside the result; open in ui.perfetto.dev or TensorBoard). On a GPU those "
-        "steps always run, to measure collectives and host-device copies; on CPU only with this.",
+        "(rank0.pt.trace.json beside the result; open in ui.perfetto.dev or TensorBoard), in every run. "
+        "Without it those steps run only where the report uses them: GPU runs at 2+ ranks (time in "
+        "collectives) or with offload (host-device copies).",
         _bool,
         flag=True,
     ),

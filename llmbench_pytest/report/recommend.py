@@ -211,7 +211,9 @@ def _patterns(ok: list[Config], fastest: Config, rules: PatternRules) -> list[Fi
 
 
 def _poor_scaling(c: Config, s: Scaling, rules: PatternRules) -> Finding | None:
-    if c.world_size <= s.baseline_ws or s.efficiency >= rules.poor_scaling:
+    # on a CPU the ranks share the host's cores, so scaling says nothing of an interconnect: the
+    # scaling check gives no verdict there, and the advice to check one would send the reader astray
+    if c.is_cpu or c.world_size <= s.baseline_ws or s.efficiency >= rules.poor_scaling:
         return None
     speedup = (c.tokens_per_sec or 0) / (s.baseline.tokens_per_sec or 1)
     return Finding(
