@@ -204,7 +204,10 @@ def _add_report(sub: Any) -> None:
             "                       failed checks, OOM and error runs\n"
             "  plots/*.png          tokens/s, step time, scaling efficiency, GB/s vs GPUs; peak\n"
             "                       memory and MFU per strategy\n"
-            "Unreadable result files are named on stderr and left out; the rest are still used."
+            "Unreadable result files are named on stderr and left out; the rest are still used.\n"
+            "A configuration that several pytest sessions wrote into one folder is read from the\n"
+            "newest session only (the others are named in a warning), never averaged as repeats:\n"
+            "give each session its own --llmbench-results-dir to compare them (llmbench compare A B)."
         ),
         epilog="example: llmbench report results/",
     )
