@@ -4,6 +4,7 @@
     llmbench compare h100/ h200/ --cost 3.00 5.50     the same configurations side by side, with prices
     llmbench gate --baseline .benchmarks --current results/   exit 1 on a regression
     llmbench ops                                      build DeepSpeed's JIT ops ahead of the sessions
+    llmbench readme "Validation checks"               the README as installed, or one section of it
 
 Bad input is one line on stderr that says what to fix, and exit status 2; no traceback.
 """
@@ -172,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "Each command has its own --help. How to run the benchmarks, every option and how to read the\n"
-            "report: the project's README."
+            "report: the project's README, installed with llmbench: `llmbench readme` prints it,\n"
+            '`llmbench readme "Validation checks"` one section of it.'
         ),
     )
     parser.add_argument("--version", action="version", version=f"llmbench {__version__}")
@@ -182,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gate(sub)
     _add_ops(sub)
     _add_plan(sub)
+    _add_readme(sub)
     return parser
 
 
@@ -372,6 +375,30 @@ def _add_plan(sub: Any) -> None:
     )
     cmd.add_argument("--plot", metavar="FILE", help="also draw the parts per strategy into FILE (png)")
     cmd.set_defaults(func=_plan)
+
+
+def _readme(args: argparse.Namespace) -> int:
+    from . import readme
+
+    try:
+        whole = readme.text()
+        print(readme.section(whole, args.section) if args.section else whole, end="")
+    except readme.ReadmeError as exc:
+        print(f"llmbench readme: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    return 0
+
+
+def _add_readme(sub: Any) -> None:
+    cmd = sub.add_parser(
+        "readme",
+        help="print the README installed with llmbench, or one of its sections",
+        description="Print the README (how to run the benchmarks, every option, how to read the "
+        "report) as installed with this llmbench, or the one section whose title contains SECTION.",
+        epilog='example: llmbench readme "What a run produces"',
+    )
+    cmd.add_argument("section", nargs="?", metavar="SECTION", help="a word or words of a section's title")
+    cmd.set_defaults(func=_readme)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

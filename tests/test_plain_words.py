@@ -21,7 +21,7 @@ import pytest
 from conftest import CHILD_UNSET, REPO
 
 INTERNAL = re.compile(r"\bseed[ -]?00\d\b|\bissues? \d+\b|\brooms?\b", re.IGNORECASE)
-SUBCOMMANDS = ("report", "compare", "gate", "ops", "plan")
+SUBCOMMANDS = ("report", "compare", "gate", "ops", "plan", "readme")
 
 
 def _internal_words(text: str) -> list[str]:
