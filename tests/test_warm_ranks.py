@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from test_launcher import leftover_processes
+from test_leftover import HANDED_BACK, handed_back_session
 
 from conftest import REPO, SharedBench, runs_by_config
 from llmbench_pytest.config.spec import RunSpec
@@ -40,21 +41,23 @@ _trained: dict[str, tuple[SharedBench, pytest.RunResult]] = {}
 
 def warm_matrix_session(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
     """One session, trained once per test process, for the tests marked xdist_group(WARM), here and
-    in test_faults.py: ddp, zero1, fsdp and fsdp_grad_op at world size 2 (two ranks: what a warm
-    group keeps between configurations is per rank), with fsdp running out of memory. One group
-    serves ddp, then zero1 and fsdp warm; the out-of-memory error ends it, and fsdp_grad_op starts a
-    fresh one. (Cached here rather than in a session fixture, which each module would run for
-    itself.) World size 1's group and the world-size-first order: test_launcher's
+    in test_faults.py and test_check_faults.py: ddp, zero1, fsdp, fsdp_grad_op and zero2 at world
+    size 2 (two ranks: what a warm group keeps between configurations is per rank), with fsdp
+    running out of memory. One group serves ddp, then zero1 and fsdp warm; the out-of-memory error
+    ends it, and fsdp_grad_op starts a fresh one, which then serves zero2, run by DeepSpeed at ZeRO
+    stage 1 (a zero2 that keeps full gradients: its model-states check fails, its run does not).
+    (Cached here rather than in a session fixture, which each module would run for itself.) World
+    size 1's group and the world-size-first order: test_launcher's
     test_world_sizes_run_as_groups_with_per_rank_logs."""
     if WARM not in _trained:
         bench = shared_bench(WARM)
         result = bench.runpytest_subprocess(
             "benchmarks",
             *SHORT,
-            "--llmbench-strategies=ddp,zero1,fsdp,fsdp_grad_op",
+            "--llmbench-strategies=ddp,zero1,fsdp,fsdp_grad_op,zero2",
             "--llmbench-world-sizes=2",
             "-v",
-            env={"LLMBENCH_INJECT_FAULT": "fsdp:oom"},
+            env={"LLMBENCH_INJECT_FAULT": "fsdp:oom,zero2:stage=1"},
         )
         _trained[WARM] = (bench, result)
     return _trained[WARM]
@@ -68,21 +71,26 @@ def warm_matrix(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
 @pytest.mark.xdist_group(WARM)
 def test_a_warm_group_serves_its_world_size_and_a_fault_starts_a_fresh_one(warm_matrix):
     bench, result = warm_matrix
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=3, failed=2)  # fsdp's out-of-memory error; zero2's model states
     result.stdout.fnmatch_lines(
         [
             "*test_pretrain?ddp-ws2-*PASSED*",
             "*test_pretrain?zero1-ws2-*PASSED*",
             "*test_pretrain?fsdp-ws2-*FAILED*",
             "*test_pretrain?fsdp_grad_op-ws2-*PASSED*",
+            "*test_pretrain?zero2-ws2-*FAILED*",
         ]
     )
     runs = runs_by_config(bench.path)
-    ddp, zero1, fsdp, after = (runs[f"{s}-ws2"] for s in ("ddp", "zero1", "fsdp", "fsdp_grad_op"))
-    launches = [r["timing"]["launch"] for r in (ddp, zero1, fsdp, after)]
-    assert [x["ranks"] for x in launches] == ["fresh", "warm", "warm", "fresh"], launches
-    assert [x["group_configuration"] for x in launches] == [1, 2, 3, 1]
+    ddp, zero1, fsdp, after, zero2 = (
+        runs[f"{s}-ws2"] for s in ("ddp", "zero1", "fsdp", "fsdp_grad_op", "zero2")
+    )
+    launches = [r["timing"]["launch"] for r in (ddp, zero1, fsdp, after, zero2)]
+    assert [x["ranks"] for x in launches] == ["fresh", "warm", "warm", "fresh", "warm"], launches
+    assert [x["group_configuration"] for x in launches] == [1, 2, 3, 1, 2]
     assert zero1["status"] == "ok" and fsdp["status"] == "oom"
+    # a failed check is the run's verdict, not a fault of its ranks: the group goes on
+    assert zero2["status"] == "ok" and pids(zero2) == pids(after)
     # the same processes trained ddp, zero1 and then fsdp; the out-of-memory error ended them
     assert len(pids(ddp)) == 2 and pids(ddp) == pids(zero1) == pids(fsdp)
     assert not set(pids(after)) & set(pids(ddp))
@@ -237,18 +245,28 @@ def test_sigkill_of_pytest_ends_its_ranks_within_seconds(bench, monkeypatch):
     assert not left, left
 
 
-def test_a_failed_teardown_keeps_the_figures_and_ends_the_warm_group(bench, monkeypatch):
-    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:teardown")
-    result = bench.runpytest_subprocess(
-        "benchmarks", *SHORT, "--llmbench-strategies=ddp,zero1", "--llmbench-world-sizes=1", "-v"
+@pytest.fixture
+def handed_back(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
+    return handed_back_session(shared_bench)
+
+
+@pytest.mark.xdist_group(HANDED_BACK)
+def test_a_failed_teardown_keeps_the_figures_and_ends_the_warm_group(handed_back):
+    # test_leftover's session: fsdp_grad_op's teardown raises; zero3 trains after it
+    bench, result = handed_back
+    result.assert_outcomes(passed=5, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_pretrain?fsdp_grad_op-ws1-seq128-llama-tiny? FAILED*",
+            "*test_pretrain?zero3-ws1-seq128-llama-tiny? PASSED*",
+        ]
     )
-    result.assert_outcomes(passed=1, failed=1)
     runs = runs_by_config(bench.path)
-    ddp, zero1 = runs["ddp-ws1"], runs["zero1-ws1"]
-    assert ddp["status"] == "error" and "teardown failed: RuntimeError: injected" in ddp["error"]
+    failed, after = runs["fsdp_grad_op-ws1"], runs["zero3-ws1"]
+    assert failed["status"] == "error" and "teardown failed: RuntimeError: injected" in failed["error"]
     # what the window measured is in the failed run's record of its rank
-    mine = ddp["per_rank"][0]
+    mine = failed["per_rank"][0]
     assert mine["mean_step_time_sec"] > 0 and mine["model_state_gb"] > 0 and mine["peak_host_rss_gb"] > 0
     # the process that could not clean up served no further configuration
-    assert [r["timing"]["launch"]["ranks"] for r in (ddp, zero1)] == ["fresh", "fresh"]
-    assert zero1["status"] == "ok" and not set(pids(zero1)) & set(pids(ddp))
+    assert [r["timing"]["launch"]["ranks"] for r in (failed, after)] == ["fresh", "fresh"]
+    assert after["status"] == "ok" and not set(pids(after)) & set(pids(failed))

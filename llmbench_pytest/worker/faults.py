@@ -1,6 +1,8 @@
 """Runs inside each rank: a test-only switch that makes a chosen run fail in a chosen way.
 
-LLMBENCH_INJECT_FAULT="<strategy>:<kind>[:<rank>]" (all ranks when the rank is omitted):
+LLMBENCH_INJECT_FAULT="<strategy>:<kind>[:<rank>]" (all ranks when the rank is omitted), or several
+such specs separated by commas, the first that names a run's strategy and rank applying to it (one
+session can then carry a fault in one configuration and another fault, or none, in the next):
 
 - oom, error, hang, exit, kill: the first measured step raises an out-of-memory error (`oom>N`:
   only at per-device batches above N), raises a runtime error, sleeps forever, exits with code
@@ -52,13 +54,14 @@ def _parse(spec: RunSpec, rank: int) -> tuple[str, str] | None:
     raw = os.environ.get(ENV)
     if not raw:
         return None
-    parts = raw.split(":")
-    kind, _, arg = parts[1].replace(">", "=", 1).partition("=") if len(parts) > 1 else ("", "", "")
-    if len(parts) not in (2, 3) or kind not in KINDS:
-        raise ValueError(f"{ENV}={raw!r}: expected <strategy>:<{'|'.join(KINDS)}>[:<rank>]")
-    if parts[0] != spec.name or (len(parts) == 3 and int(parts[2]) != rank):
-        return None
-    return kind, arg
+    for one in raw.split(","):
+        parts = one.split(":")
+        kind, _, arg = parts[1].replace(">", "=", 1).partition("=") if len(parts) > 1 else ("", "", "")
+        if len(parts) not in (2, 3) or kind not in KINDS:
+            raise ValueError(f"{ENV}={raw!r}: expected <strategy>:<{'|'.join(KINDS)}>[:<rank>][,...]")
+        if parts[0] == spec.name and (len(parts) == 2 or int(parts[2]) == rank):
+            return kind, arg
+    return None
 
 
 def zero_stage(spec: RunSpec, stage: int) -> int:
