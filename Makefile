@@ -3,7 +3,7 @@
 # Extra pytest arguments: make bench ARGS='-k zero2 --llmbench-world-sizes=1,2'
 .PHONY: bench test setup
 
-bench:  ## the default benchmarks with the report (results/summary/BENCHMARK_REPORT.md)
+bench:  ## the default benchmarks with the report (results/latest/summary/BENCHMARK_REPORT.md)
 	@bash tools/dev.sh bench $(ARGS)
 
 test:  ## lint (ruff) and the plugin's own tests; what .ci/run runs

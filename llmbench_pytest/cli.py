@@ -1,8 +1,8 @@
 """The `llmbench` command: report, compare and gate over saved benchmark results.
 
-    llmbench report results/                          summary/metrics.csv, BENCHMARK_REPORT.md, plots/
+    llmbench report results/latest                    summary/metrics.csv, BENCHMARK_REPORT.md, plots/
     llmbench compare h100/ h200/ --cost 3.00 5.50     the same configurations side by side, with prices
-    llmbench gate --baseline .benchmarks --current results/   exit 1 on a regression
+    llmbench gate --baseline .benchmarks --current results/latest   exit 1 on a regression
     llmbench ops                                      build DeepSpeed's JIT ops ahead of the sessions
     llmbench readme "Validation checks"               the README as installed, or one section of it
 
@@ -208,11 +208,14 @@ def _add_report(sub: Any) -> None:
             "  plots/*.png          tokens/s, step time, scaling efficiency, GB/s vs GPUs; peak\n"
             "                       memory and MFU per strategy\n"
             "Unreadable result files are named on stderr and left out; the rest are still used.\n"
-            "A configuration that several pytest sessions wrote into one folder is read from the\n"
-            "newest session only (the others are named in a warning), never averaged as repeats:\n"
-            "give each session its own --llmbench-results-dir to compare them (llmbench compare A B)."
+            "Each pytest session writes into a folder of its own, results/<UTC start>-<session id>/\n"
+            "(results/latest links to the newest). Given results/ itself, a configuration run by\n"
+            "several sessions is read from the newest session only (the others are named in a\n"
+            "warning), never averaged as repeats; compare sessions with\n"
+            "llmbench compare results/A results/B."
         ),
-        epilog="example: llmbench report results/",
+        epilog="examples: llmbench report results/latest   (the last session)\n"
+        "          llmbench report results/          (every session, the newest run of each configuration)",
     )
     rep.add_argument(
         "results_dir", metavar="RESULTS_DIR", help="folder the benchmarks wrote (or one result.json)"
@@ -271,7 +274,7 @@ def _add_gate(sub: Any) -> None:
             "Bounds are fractions or percentages: 0.05 or 5%.\n"
             "Exit: 0 passed, 1 regression, 2 could not compare (bad input; other GPU model with --strict)."
         ),
-        epilog="example: llmbench gate --baseline .benchmarks --current results/ --history .benchmarks",
+        epilog="example: llmbench gate --baseline .benchmarks --current results/latest --history .benchmarks",
     )
     gate.add_argument("--baseline", metavar="B", help="the reference run (or leave out with --history)")
     gate.add_argument("--current", required=True, metavar="C", help="the run under test")

@@ -22,9 +22,10 @@ from .config.options import BY_NAME, SETTINGS, SessionOptions
 from .config.ranks import rank_env
 from .config.spec import SpecError
 from .launch.matrix import build_matrix, world_sizes
+from .results.storage import LATEST
 from .session import progress, xdist
 from .session.fixture import LlmbenchFixture
-from .session.state import SESSION_KEY, LlmbenchSession, get_session
+from .session.state import SESSION_FOLDER_KEY, SESSION_KEY, LlmbenchSession, get_session
 
 _ERRORS_KEY = pytest.StashKey[dict[str, str]]()
 """Test function node id -> why its settings were refused; raised only if the test is selected."""
@@ -240,6 +241,15 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
         return None  # pytest_configure refuses the options with the message
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist's controller, per worker it starts: the workers write into the controller's
+    session folder (results/<started>-<session id>), one folder for the session the user started."""
+    s = node.config.stash.get(SESSION_KEY, None)
+    if s is not None:
+        node.workerinput[SESSION_FOLDER_KEY] = s.session_folder
+
+
 class _Reporting:
     """Hooks that need the config: the live progress region is cleared before pytest reports
     anything, and under pytest-xdist the controller gathers what the workers made."""
@@ -303,7 +313,7 @@ def pytest_report_header(config: pytest.Config) -> str:
         note = " (--llmbench-world-sizes is ignored under torchrun: the world size is torchrun's)"
     if xdist.is_controller(config):
         note += _xdist_header(config, s)
-    return f"llmbench: {where}; results -> {s.results_dir}{note}"
+    return f"llmbench: {where}; results -> {s.results_dir / s.session_folder}{note}"
 
 
 def _xdist_header(config: pytest.Config, s: LlmbenchSession) -> str:
@@ -425,7 +435,7 @@ def _build_ops_ahead(session: pytest.Session, s: LlmbenchSession) -> None:
         return
     names = ops_ahead.needed(specs, device)
     if names:
-        s.ops_build = ops_ahead.start(names, device, s.results_dir)
+        s.ops_build = ops_ahead.start(names, device, s.run_dir)
 
 
 def _look_at_gpus(session: pytest.Session, s: LlmbenchSession) -> None:
@@ -512,7 +522,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if s is None or not s.result_paths:
         return
     terminalreporter.section("llmbench")
-    terminalreporter.write_line(f"{len(s.result_paths)} run(s) recorded under {s.results_dir}:")
+    folder = s.results_dir / s.session_folder
+    latest = s.results_dir / LATEST
+    also = f" (also {latest})" if latest.is_symlink() and latest.resolve() == folder.resolve() else ""
+    terminalreporter.write_line(f"{len(s.result_paths)} run(s) recorded under {folder}{also}:")
     for path in s.result_paths:
         terminalreporter.write_line(f"  {path}")
     for line in s.summary_lines:

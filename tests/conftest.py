@@ -52,9 +52,14 @@ FEW_STEPS = ["--llmbench-warmup=1", "--llmbench-steps=3"]
 """A fixed, short measurement, for tests that read what a run records rather than how it measures."""
 
 
+RUNS = "results/[0-9]*-*"
+"""The session folders under a test's directory: each pytest session writes its runs into
+results/<started>-<session id>/ (results/latest links to the newest, and is not matched here)."""
+
+
 def saved_results(root: Path) -> list[dict]:
-    """The result.json of every run saved under ROOT/results."""
-    return [json.loads(p.read_text()) for p in root.glob("results/*_results/result.json")]
+    """The result.json of every run saved under ROOT/results, by every session."""
+    return [json.loads(p.read_text()) for p in root.glob(f"{RUNS}/*_results/result.json")]
 
 
 def runs_by_config(root: Path) -> dict[str, dict]:

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import saved_results
+from conftest import RUNS, saved_results
 from llmbench_pytest.config.hardware import Hardware
 from llmbench_pytest.config.options import SessionOptions
 from llmbench_pytest.config.spec import RunSpec, SpecError
@@ -199,7 +199,7 @@ def two_rank_session(shared_bench):
         "--llmbench-profile",  # two profiled steps after the measured window
     )
     result.assert_outcomes(passed=2)
-    paths = sorted(bench.path.glob("results/*_results/result.json"))
+    paths = sorted(bench.path.glob(f"{RUNS}/*_results/result.json"))
     assert len(paths) == 2
     return [(path.parent, json.loads(path.read_text())) for path in paths]
 

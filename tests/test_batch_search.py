@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import FEW_STEPS
+from conftest import FEW_STEPS, RUNS
 from llmbench_pytest.launch.batch_search import Trial, search
 
 
@@ -71,7 +71,7 @@ def searched_session(shared_bench):
 
 
 def the_run(bench) -> dict:
-    (path,) = bench.path.glob("results/*_results/result.json")
+    (path,) = bench.path.glob(f"{RUNS}/*_results/result.json")
     return json.loads(path.read_text())
 
 

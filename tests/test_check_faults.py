@@ -9,13 +9,13 @@ import pytest
 from test_launcher import KILLED, killed_rank_session
 from test_warm_ranks import WARM, warm_matrix_session
 
-from conftest import FEW_STEPS
+from conftest import FEW_STEPS, RUNS
 from llmbench_pytest.checks import CPU_SMOKE, check_scaling
 
 
 def runs_of(bench):
     out = {}
-    for path in bench.path.glob("results/*_results/result.json"):
+    for path in bench.path.glob(f"{RUNS}/*_results/result.json"):
         data = json.loads(path.read_text())
         out[f"{data['strategy']}-ws{data['world_size']}-r{data['repeat']['index']}"] = data
     return out

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import runs_by_config
+from conftest import RUNS, runs_by_config
 from llmbench_pytest.worker.strategies.deepspeed_zero import deepspeed_safe_arch_list
 
 torch = pytest.importorskip("torch")
@@ -55,7 +55,7 @@ def test_gpu_run_measures_communication_memory_and_the_gpu(bench):
     )
     result.assert_outcomes(passed=2)
     runs = {}
-    for path in bench.path.glob("results/*_results/result.json"):
+    for path in bench.path.glob(f"{RUNS}/*_results/result.json"):
         data = json.loads(path.read_text())
         runs[data["strategy"]] = data
         assert (path.parent / "rank0.pt.trace.json").exists()

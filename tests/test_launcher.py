@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FEW_STEPS, SharedBench, saved_results
+from conftest import FEW_STEPS, RUNS, SharedBench, saved_results
 
 
 def runs(path: Path) -> dict[str, dict]:
@@ -92,7 +92,7 @@ def test_world_sizes_run_as_groups_with_per_rank_logs(killed_rank_matrix):
     zero2 = found["zero2-ws2"]
     assert zero2["mode"] == "launcher" and zero2["ranks_per_node"] == 2 and zero2["nodes"] == 1
     assert zero2["timing"]["launch"]["to_first_progress_sec"] > 0
-    run_dir = next(bench.path.glob("results/bench-*-zero2-ws2-seq128_results"))
+    run_dir = next(bench.path.glob(f"{RUNS}/bench-*-zero2-ws2-seq128_results"))
     for rank in (0, 1):
         assert f"measured {zero2['steps']} steps" in (run_dir / f"rank{rank}.log").read_text()
     assert "zero2" in run_dir.with_name(run_dir.name.removesuffix("_results") + ".log").name
@@ -167,7 +167,7 @@ def test_interrupt_keeps_finished_results_and_ends_the_workers(bench, monkeypatc
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            zero0 = list(bench.path.glob("results/*zero0*/rank0.progress"))
+            zero0 = list(bench.path.glob(f"{RUNS}/*zero0*/rank0.progress"))
             if zero0 and "warmup" in zero0[0].read_text():
                 break
             time.sleep(0.5)
@@ -204,9 +204,9 @@ def test_repeats_report_mean_and_spread(bench):
     ]
     result = bench.runpytest_subprocess(*args, "--llmbench-max-repeat-spread=0.9")  # CPU runs swing
     result.assert_outcomes(passed=1)
-    files = sorted(bench.path.glob("results/*_results/result.json"))
+    files = sorted(bench.path.glob(f"{RUNS}/*_results/result.json"))
     assert len(files) == 3  # every repeat keeps its own result
-    last = json.loads(next(bench.path.glob("results/*-r3_results/result.json")).read_text())
+    last = json.loads(next(bench.path.glob(f"{RUNS}/*-r3_results/result.json")).read_text())
     rep = last["repeats"]
     assert rep["count"] == 3 and len(rep["tokens_per_sec"]) == 3 and rep["tokens_per_sec_std"] > 0
     check = next(c for c in last["checks"] if c["name"] == "repeat_spread")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FEW_STEPS, SharedBench, runs_by_config
+from conftest import FEW_STEPS, RUNS, SharedBench, runs_by_config
 
 HANDED_BACK = "handed_back_session"
 _trained: dict[str, tuple[SharedBench, pytest.RunResult]] = {}
@@ -58,7 +58,7 @@ def test_what_a_run_leaves_behind_is_named_and_ends_the_warm_group(handed_back, 
     run, after = runs[f"{name}-ws1"], runs[f"{next_name}-ws1"]
     left = run["leftover_after_run"]
     assert left["limit_gb"] == pytest.approx(64 * 2**20 / 1e9)
-    log = next(bench.path.glob(f"results/*-{name}-ws1-seq128_results")) / "rank0.log"
+    log = next(bench.path.glob(f"{RUNS}/*-{name}-ws1-seq128_results")) / "rank0.log"
     if not retained_mb:
         # a healthy run hands everything back, and the next configuration runs on the same ranks
         for config, healthy in runs.items():

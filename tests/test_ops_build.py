@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import CHILD_UNSET, FEW_STEPS, TORCH_EXTENSIONS_DIR, saved_results
+from conftest import CHILD_UNSET, FEW_STEPS, RUNS, TORCH_EXTENSIONS_DIR, saved_results
 from llmbench_pytest.worker.ops import baton_holders, clear_stale_baton
 
 
@@ -73,7 +73,7 @@ def test_a_deepspeed_run_goes_on_past_a_stale_build_lock(bench, monkeypatch, tmp
     assert timing["setup_sec"] == sum(
         timing["setup_phases"][k] for k in ("build_sec", "wrap_sec", "data_sec", "probe_sec")
     )
-    log = next(bench.path.glob("results/*zero0*.log")).read_text()
+    log = next(bench.path.glob(f"{RUNS}/*zero0*.log")).read_text()
     assert "removed a stale DeepSpeed build lock" in log, log[-2000:]
 
 

@@ -503,3 +503,44 @@ def test_console_script_is_installed() -> None:
     )
     assert proc.returncode == 0
     assert "Read every result.json under RESULTS_DIR and write RESULTS_DIR/summary/" in proc.stdout
+
+
+def test_session_folders_are_read_as_sessions_and_named_by_report_compare_and_gate(tmp_path: Path) -> None:
+    # results/ as sessions leave it: an old flat run (written before sessions had folders), two
+    # session folders of the same configuration, and results/latest linking to the newer
+    root = tmp_path / "results"
+    flat = make_result("zero2", 2, step=0.60)
+    flat["metadata"].update(session="0ld5e55n", started_at="2026-11-24T09:00:00+0000")
+    write_run(root, flat)
+    for folder, started, step in (
+        ("20261124-100000-aaaa1111", "2026-11-24T10:00:00+0000", 0.50),
+        ("20261124-110000-bbbb2222", "2026-11-24T11:00:00+0000", 0.40),
+    ):
+        r = make_result("zero2", 2, step=step)
+        r["metadata"].update(session=folder[-8:], started_at=started)
+        write_run(root / folder, r)
+    (root / "latest").symlink_to("20261124-110000-bbbb2222")
+    proc = llmbench("report", root, "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    assert_lines(proc.stdout, "zero2 *2 *1,280 *0.4000*")  # the newest session alone, never a mean of three
+    assert (
+        "read only the newest, session 20261124-110000-bbbb2222 (1 run(s)), and left out 0ld5e55n "
+        "(1 run(s), 2026-11-24T09:00:00+0000), 20261124-100000-aaaa1111 (1 run(s), " in proc.stderr
+    )
+    md = (root / "summary" / "BENCHMARK_REPORT.md").read_text()
+    assert "Read from session 20261124-110000-bbbb2222 (1 run)." in md
+    # results/latest is the newest session's folder, read by its own name
+    latest = llmbench("report", root / "latest", "--no-plots")
+    assert latest.returncode == 0 and "warning" not in latest.stderr, latest.stderr
+    assert (
+        "Read from session 20261124-110000-bbbb2222 (1 run)."
+        in (root / "latest" / "summary" / "BENCHMARK_REPORT.md").read_text()
+    )
+    # two sessions side by side, each named
+    cmp = llmbench("compare", root / "20261124-100000-aaaa1111", root / "latest")
+    assert cmp.returncode == 0, cmp.stderr
+    assert "[read session 20261124-100000-aaaa1111 (1 run)]" in cmp.stdout
+    assert "[read session 20261124-110000-bbbb2222 (1 run)]" in cmp.stdout
+    assert_lines(cmp.stdout, "zero2 ws2 *20261124-100000-aaaa1111*1,024*ref*", "*latest*1,280*1.25x*")
+    gate = llmbench("gate", "--baseline", root / "20261124-100000-aaaa1111", "--current", root / "latest")
+    assert f"{root / 'latest'}: read session 20261124-110000-bbbb2222 (1 run)" in gate.stdout

@@ -1,6 +1,8 @@
-"""result.json: seed 000's fields first, atomic writes, no run overwritten, bad files named."""
+"""result.json: the benchmark specification's fields first, atomic writes, no run overwritten,
+session folders, bad files named."""
 
 import json
+import os
 
 import pytest
 
@@ -9,7 +11,14 @@ from llmbench_pytest.report.collect import ReportError, read_run
 from llmbench_pytest.results.build import build_result
 from llmbench_pytest.results.measurement import Measurement
 from llmbench_pytest.results.schema import SEED_FIELDS
-from llmbench_pytest.results.storage import claim_run_paths, write_json_atomic
+from llmbench_pytest.results.storage import (
+    LATEST,
+    claim_run_paths,
+    claim_session_dir,
+    is_session_folder,
+    session_folder_name,
+    write_json_atomic,
+)
 
 SPEC = RunSpec(
     strategy="zero2",
@@ -121,3 +130,28 @@ def test_corrupt_or_truncated_result_is_named(tmp_path):
     bad.write_text('{"strategy": "ddp", "tokens_per')
     with pytest.raises(ReportError, match=rf"{bad}: truncated"):
         read_run(bad)
+
+
+def test_each_session_has_a_folder_and_latest_links_to_the_newest(tmp_path):
+    older = session_folder_name("aaaa1111", started=1_700_000_000)
+    newer = session_folder_name("bbbb2222", started=1_700_000_060)
+    assert older == "20231114-221320-aaaa1111" and is_session_folder(older)
+    assert not any(map(is_session_folder, ("latest", "summary", "bench-h-ddp-ws1-seq128_results")))
+    assert claim_session_dir(tmp_path, older) == tmp_path / older and (tmp_path / older).is_dir()
+    assert os.readlink(tmp_path / LATEST) == older
+    claim_session_dir(tmp_path, newer)
+    assert os.readlink(tmp_path / LATEST) == newer
+    # a session that started earlier and claims its folder late never takes the link back
+    claim_session_dir(tmp_path, older)
+    assert os.readlink(tmp_path / LATEST) == newer
+    # runs of one session never collide with another's: no -r2 across sessions
+    first = claim_run_paths(tmp_path / older, SPEC, host="node1")
+    second = claim_run_paths(tmp_path / newer, SPEC, host="node1")
+    assert first.directory.name == second.directory.name == "bench-node1-zero2-ws2-seq128_results"
+    assert not list(tmp_path.glob(".latest*"))  # the link's temporary name is gone
+
+
+def test_a_folder_of_the_users_own_called_latest_is_left_alone(tmp_path):
+    (tmp_path / LATEST).mkdir()
+    claim_session_dir(tmp_path, session_folder_name("cccc3333"))
+    assert (tmp_path / LATEST).is_dir() and not (tmp_path / LATEST).is_symlink()

@@ -5,6 +5,8 @@ import shutil
 
 import pytest
 
+from conftest import RUNS
+
 # eight measured steps a run, fixed: enough for the gate's per-step bootstrap (MIN_STEPS), so the
 # gate below is judged the same way in every session, whatever an adaptive measurement would stop at
 ARGS = [
@@ -49,7 +51,7 @@ def test_report_at_session_end(saved_session):
             "metrics: *metrics.csv",
         ]
     )
-    summary = bench.path / "results" / "summary"
+    summary = bench.path / "results" / "latest" / "summary"  # this session's own report
     header = (summary / "metrics.csv").read_text().splitlines()[0]
     assert header.startswith(
         "strategy,world_size,rank,seq_len,tier,steps,per_device_batch,grad_accum,tokens_per_sec"
@@ -88,10 +90,18 @@ def test_gate_fails_the_session_on_a_regression_and_passes_otherwise(bench, save
     faster = bench.runpytest_subprocess(*ARGS, *gate, "--llmbench-gate=0003")
     assert faster.ret == pytest.ExitCode.OK
     faster.stdout.fnmatch_lines(["*gate: passed*"])
+    # the same command twice into one results/: a folder per session, neither a repeat of the other,
+    # and results/latest the second
+    first, second = sorted(bench.path.glob(f"{RUNS}/"))
+    for folder in (first, second):
+        names = sorted(p.name for p in folder.glob("*_results"))
+        assert len(names) == 2 and not any("-r2" in n for n in names), names
+    assert (bench.path / "results" / "latest").resolve() == second.resolve()
+    faster.stdout.fnmatch_lines([f"*2 run(s) recorded under *{second.name} (also *latest):*"])
 
 
 def _trained_nothing(bench):
-    return not list(bench.path.glob("results/*_results/result.json"))
+    return not list(bench.path.glob(f"{RUNS}/*_results/result.json"))
 
 
 def test_gate_against_a_missing_run_is_refused_before_anything_trains(bench):

@@ -53,13 +53,12 @@ def test_axes_train_in_one_session_and_the_report_compares_them(bench):
         flash["attention_ran"] == "flash"
         and flash["techniques"]["attention"]["sdpa_backend"] == "FLASH_ATTENTION"
     )
-    assert any(
-        p.name.endswith("-loss_chunked-attn_flash_results") for p in (bench.path / "results").iterdir()
-    )
-    md = (bench.path / "results" / "summary" / "BENCHMARK_REPORT.md").read_text()
+    session = bench.path / "results" / "latest"
+    assert any(p.name.endswith("-loss_chunked-attn_flash_results") for p in session.iterdir())
+    md = (bench.path / "results" / "latest" / "summary" / "BENCHMARK_REPORT.md").read_text()
     section = md[md.index("## What each technique buys") :]
     assert "| fused loss chunked " in section and "| attention flash (ran flash) " in section
-    header = (bench.path / "results" / "summary" / "metrics.csv").read_text().splitlines()[0]
+    header = (bench.path / "results" / "latest" / "summary" / "metrics.csv").read_text().splitlines()[0]
     assert header.endswith(
         "fused_loss,fp8,attention,attention_ran,mfu_note,mfu_vs_fp8_peak,fp8_layers,fused_loss_chunk_rows,"
         "peak_predicted_gb,peak_reserved_predicted_gb,peak_prediction_gap"
@@ -137,7 +136,7 @@ def test_the_batch_finder_searches_each_configuration_of_an_axis(bench, monkeypa
         assert found["max_fitting_batch"] == 2
         assert run["per_device_batch"] == found["best_batch"]
     # each trial is named by its spec: the chunked configuration's trials trained the chunked loss
-    trials = sorted(p.name for p in bench.path.glob("results/.batch-search/*.log"))
+    trials = sorted(p.name for p in bench.path.glob("results/latest/.batch-search/*.log"))
     assert sum("-loss_chunked" in name for name in trials) == 3 and len(trials) == 6
 
 

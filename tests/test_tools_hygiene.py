@@ -77,12 +77,12 @@ KILLS = {
             "benchmarks",
             *SESSION,
         ],
-        lambda where: where,
+        lambda where: where / "latest",  # the session's own folder
         lambda sig: pytest.ExitCode.INTERRUPTED,  # pytest's, and the figures are still written
     ),
     "time_xdist": (  # runs the repository's benchmarks/ (read only), its results where it is told
         lambda where: [str(REPO / "tools" / "time_xdist.py"), f"--results={where}", "--", *SESSION[:2]],
-        lambda where: where / "serial",
+        lambda where: where / "serial" / "latest",
         lambda sig: 128 + sig,
     ),
 }

@@ -10,7 +10,7 @@ import subprocess
 
 import yaml
 
-from conftest import FEW_STEPS, REPO, TORCHRUN, torchrun
+from conftest import FEW_STEPS, REPO, RUNS, TORCHRUN, torchrun
 from llmbench_pytest.config.spec import DEFAULT_STRATEGIES
 
 
@@ -24,7 +24,7 @@ def test_every_strategy_trains_on_two_ranks_and_shards(bench):
     out = result.stdout.str()
     assert out.count("9 passed, 1 skipped") == 1  # only rank 0 prints its summary
 
-    files = sorted(bench.path.glob("results/*_results/result.json"))
+    files = sorted(bench.path.glob(f"{RUNS}/*_results/result.json"))
     runs = {json.loads(p.read_text())["strategy"]: json.loads(p.read_text()) for p in files}
     assert len(files) == len(runs) == len(DEFAULT_STRATEGIES) - 1  # one writer: no second copies
     for name, run in runs.items():
@@ -140,7 +140,7 @@ def test_two_nodes_through_torchruns_own_rendezvous(bench):
     ]
     outputs = [a.communicate(timeout=400)[0].decode() for a in agents]
     assert [a.returncode for a in agents] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
-    files = list(bench.path.glob("results/*_results/result.json"))
+    files = list(bench.path.glob(f"{RUNS}/*_results/result.json"))
     assert len(files) == 2  # global rank 0 alone wrote
     for path in files:
         run = json.loads(path.read_text())

@@ -77,7 +77,7 @@ def test_default_matrix_every_strategy_at_world_sizes_1_and_2(default_matrix):
         assert scaling["passed"] is None and scaling["measured"] > 0 and "weak scaling" in scaling["message"]
     assert runs["zero3-ws1"]["strategy_config"]["deepspeed_config"]["zero_optimization"]["stage"] == 3
     # the ops the matrix needs were built (here: found built) beside it, and said so apart
-    ahead = json.loads((bench.path / "results" / "ops-ahead.json").read_text())
+    ahead = json.loads((bench.path / "results" / "latest" / "ops-ahead.json").read_text())
     assert set(ahead) == {"shm_comm", "cpu_adam"} and all(o["sec"] > 0 for o in ahead.values())
     result.stdout.fnmatch_lines(["DeepSpeed ops built beside the first configurations*cpu_adam*"])
     assert runs["zero2_offload-ws2"]["strategy_config"]["deepspeed_config"]["zero_optimization"][
@@ -144,6 +144,7 @@ def test_in_process_one_rank_group(in_process):
         log = (
             bench.path
             / "results"
+            / "latest"
             / f"bench-{run['metadata']['host'].split('.')[0]}-{run['strategy']}-ws1-seq128.log"
         )
         assert f"measured {run['steps']} steps" in log.read_text()

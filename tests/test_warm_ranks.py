@@ -16,7 +16,7 @@ import pytest
 from test_launcher import leftover_processes
 from test_leftover import HANDED_BACK, handed_back_session
 
-from conftest import REPO, SharedBench, runs_by_config
+from conftest import REPO, RUNS, SharedBench, runs_by_config
 from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.launch import group as launch_group
 from llmbench_pytest.launch.launcher import MEASUREMENT_FILE, Launch, RankPool, read_heartbeat
@@ -97,7 +97,7 @@ def test_a_warm_group_serves_its_world_size_and_a_fault_starts_a_fresh_one(warm_
     assert ddp["timing"]["rank_process"]["configuration"] == 1
     assert after["status"] == "ok" and after["timing"]["rank_process"]["configuration"] == 1
     # each configuration keeps its own rank logs and heartbeat beside its result
-    fsdp_dir = next(bench.path.glob("results/*-fsdp-ws2-seq128_results"))
+    fsdp_dir = next(bench.path.glob(f"{RUNS}/*-fsdp-ws2-seq128_results"))
     for rank in (0, 1):
         log = (fsdp_dir / f"rank{rank}.log").read_text()
         assert "configuration 3 of this process" in log  # fsdp's lines only:
@@ -119,7 +119,7 @@ def test_warm_and_isolated_runs_agree(bench, warm_matrix):
     warm = {s: runs[f"{s}-ws2"] for s in ("ddp", "zero1")}
     iso = {
         d["strategy"]: d
-        for d in map(json.loads, map(Path.read_text, bench.path.glob("isolated/*/result.json")))
+        for d in map(json.loads, map(Path.read_text, bench.path.glob("isolated/latest/*/result.json")))
     }
     assert warm["zero1"]["timing"]["launch"]["ranks"] == "warm"
     assert [iso[s]["timing"]["launch"]["ranks"] for s in ("ddp", "zero1")] == ["fresh", "fresh"]
@@ -161,7 +161,7 @@ def test_a_small_configuration_after_a_big_one_reports_its_own_peak(bench):
     )
     result.assert_outcomes(passed=3)
     found = sorted(
-        map(json.loads, map(Path.read_text, bench.path.glob("results/*/result.json"))),
+        map(json.loads, map(Path.read_text, bench.path.glob(f"{RUNS}/*/result.json"))),
         key=lambda d: d["timing"]["launch"]["group_configuration"],
     )
     fresh, big, small = found
@@ -222,7 +222,7 @@ def test_sigkill_of_pytest_ends_its_ranks_within_seconds(bench, monkeypatch):
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            beats = list(bench.path.glob("results/*_results/rank1.progress"))
+            beats = list(bench.path.glob(f"{RUNS}/*_results/rank1.progress"))
             if (
                 beats
                 and read_heartbeat(beats[0]).get("phase") == "warmup"

@@ -11,7 +11,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import saved_results
+from conftest import RUNS, saved_results
 from llmbench_pytest.config import hardware
 from llmbench_pytest.config.hardware import Hardware, NodeShare
 from llmbench_pytest.launch.matrix import _too_big
@@ -142,7 +142,11 @@ def test_two_workers_share_the_node_and_the_controller_reports_once(bench):
     (start_a, end_a), (start_b, end_b) = (_interval(runs[s]) for s in ("ddp", "zero2"))
     assert max(start_a, start_b) < min(end_a, end_b), "the two configurations did not run at once"
     # one report, over both workers' runs
-    with open(bench.path / "results" / "summary" / "metrics.csv") as fh:
+    # ... in one folder: the workers write into their controller's session folder
+    (folder,) = bench.path.glob(f"{RUNS}/")
+    assert (bench.path / "results" / "latest").resolve() == folder.resolve()
+    assert len(list(folder.glob("*_results/result.json"))) == 2
+    with open(folder / "summary" / "metrics.csv") as fh:
         assert sorted(row["strategy"] for row in csv.DictReader(fh)) == ["ddp", "zero2"]
     result.stdout.fnmatch_lines(["report: *BENCHMARK_REPORT.md"])
     # one pytest-benchmark run, saved by the controller, with both workers' step times

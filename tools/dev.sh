@@ -178,7 +178,8 @@ results_dir() {
 
 bench() {
     local dir report status=0
-    dir=$(results_dir "$@")
+    # each session writes into a folder of its own; results/latest links to the newest
+    dir=$(results_dir "$@")/latest
     report="$dir/summary/BENCHMARK_REPORT.md"
     local started="$VENV/.llmbench-bench-started"
     touch "$started"
@@ -188,7 +189,7 @@ bench() {
         echo "Report:  $report"
         echo "Plots:   $dir/summary/plots/"
         echo "Metrics: $dir/summary/metrics.csv"
-        echo "Runs:    $dir/ (one result.json per configuration)"
+        echo "Runs:    $dir/ (this session's folder: one result.json per configuration)"
     else
         echo "No report written (pytest exit code $status): see the output above."
     fi

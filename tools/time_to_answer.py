@@ -35,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _child import run_session
 
+from llmbench_pytest.report.collect import find_result_files
+from llmbench_pytest.results.storage import LATEST
 from llmbench_pytest.session.ops_ahead import JSON_NAME as OPS_AHEAD_JSON
 
 RESULTS_OPTION = "--llmbench-results-dir"
@@ -109,17 +111,24 @@ def _row(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def session_folder(results_dir: Path) -> Path:
+    """The session's own folder (results_dir/latest, the session this tool ran), or results_dir
+    itself where results were written before sessions had folders."""
+    latest = results_dir / LATEST
+    return latest if latest.is_dir() else results_dir
+
+
 def _ops_ahead(results_dir: Path) -> dict[str, Any] | None:
     """What the session's background op build wrote (session/ops_ahead.py), if it ran."""
     try:
-        return json.loads((results_dir / OPS_AHEAD_JSON).read_text())
+        return json.loads((session_folder(results_dir) / OPS_AHEAD_JSON).read_text())
     except (OSError, ValueError):
         return None
 
 
 def collect(results_dir: Path) -> list[dict[str, Any]]:
     rows = []
-    for path in sorted(results_dir.glob("*_results/result.json"), key=lambda p: p.stat().st_mtime):
+    for path in sorted(find_result_files(results_dir), key=lambda p: p.stat().st_mtime):
         try:
             rows.append(_row(json.loads(path.read_text())))
         except (OSError, ValueError) as exc:

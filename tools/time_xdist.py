@@ -18,7 +18,6 @@ overlap, not how fast anything trains. A SIGINT or SIGTERM to this tool ends the
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import sys
@@ -29,6 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _child import run_session
+
+from llmbench_pytest.report.collect import find_result_files
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,7 +45,7 @@ def session(label: str, pytest_args: list[str], results: Path) -> dict[str, obje
     outcome = next((ln for ln in reversed(lines) if " in " in ln and ("passed" in ln or "failed" in ln)), "")
     windows = [
         json.loads(Path(f).read_text()).get("timing", {}).get("window_sec") or 0.0
-        for f in glob.glob(f"{results}/*_results/result.json")
+        for f in find_result_files(results)
     ]
     return {
         "session": label,

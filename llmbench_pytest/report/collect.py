@@ -18,6 +18,7 @@ from typing import Any
 
 from ..results.liveness import judge_running
 from ..results.schema import RESULT_FILE
+from ..results.storage import is_session_folder
 
 SUMMARY_DIR = "summary"
 
@@ -50,6 +51,16 @@ class Run:
         m = _REPEAT.search(self.name)
         stem, k = (self.name[: m.start()], int(m.group(1))) if m else (self.name, 1)
         return (str(self.path.parent.parent), stem, k)
+
+    @property
+    def session(self) -> str:
+        """The pytest session that wrote it: its folder's name (results/<started>-<session id>/,
+        results/storage.py), else the session id in its metadata, else "unnamed" (written before
+        sessions were named)."""
+        folder = os.path.basename(os.path.realpath(self.path.parent.parent))  # results/latest too
+        if is_session_folder(folder):
+            return folder
+        return str((self.data.get("metadata") or {}).get("session") or "unnamed")
 
     @property
     def strategy(self) -> str:

@@ -111,10 +111,7 @@ def one_session_each(runs: Iterable[Run]) -> tuple[list[Run], list[str]]:
     (--llmbench-repeat). Results written before sessions were named count as one session."""
     by_config: dict[ConfigKey, dict[str, list[Run]]] = {}
     for run in runs:
-        meta = run.data.get("metadata") or {}
-        by_config.setdefault(config_key(run), {}).setdefault(
-            str(meta.get("session") or "unnamed"), []
-        ).append(run)
+        by_config.setdefault(config_key(run), {}).setdefault(run.session, []).append(run)
     kept: list[Run] = []
     notes: list[str] = []
     for key, sessions in by_config.items():
@@ -126,13 +123,26 @@ def one_session_each(runs: Iterable[Run]) -> tuple[list[Run], list[str]]:
             notes.append(
                 f"{key.strategy} ws{key.world_size} {key.model} seq{key.seq_len}: runs from {len(sessions)} "
                 f"sessions; read only the newest, session {newest} ({len(sessions[newest])} run(s)), "
-                f"and left out {older}. Runs of separate sessions are not repeats: give each session "
-                "its own --llmbench-results-dir and compare them with `llmbench compare A B` or "
-                "`llmbench gate --baseline A --current B`."
+                f"and left out {older}. Runs of separate sessions are not repeats: "
+                "compare them with `llmbench compare results/A results/B` or `llmbench gate "
+                "--baseline results/A --current results/B` (A, B: the sessions' folders)."
             )
     order = {id(r): i for i, r in enumerate(runs)} if isinstance(runs, list) else {}
     kept.sort(key=lambda r: order.get(id(r), 0))
     return kept, notes
+
+
+def sessions_read(runs: Iterable[Run]) -> str:
+    """'session 20261125-173012-1a2b3c4d (18 runs)' or 'sessions A (3 runs), B (5 runs)': the sessions
+    a report, comparison or gate read, oldest first; '' where no run names its session (results
+    written before sessions were named)."""
+    count: dict[str, int] = {}
+    for run in sorted(runs, key=_started):
+        count[run.session] = count.get(run.session, 0) + 1
+    if set(count) <= {"unnamed"}:
+        return ""
+    named = ", ".join(f"{s} ({n} run{'s' if n != 1 else ''})" for s, n in count.items())
+    return f"session{'s' if len(count) != 1 else ''} {named}"
 
 
 def _started(run: Run) -> str:

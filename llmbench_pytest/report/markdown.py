@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from . import fmt, markdown_checks, markdown_gpu, markdown_techniques, markdown_workloads
-from .configs import Config, ConfigKey, scenario_title
+from .configs import Config, ConfigKey, scenario_title, sessions_read
 from .md_table import capped as _capped
 from .md_table import md_table as _md_table
 from .table import CPU_NOTE, summary_rows
@@ -36,6 +36,8 @@ def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:
         f"{n} result file{'s' if n != 1 else ''} under `{collection.root}`, {len(configs)} "
         f"configuration{'s' if len(configs) != 1 else ''}; generated {time.strftime('%Y-%m-%d %H:%M:%S')}.",
     ]
+    if sessions_read(collection.runs):
+        out.append(f"Read from {sessions_read(collection.runs)}.")
     if collection.problems:
         out.append(
             f"{len(collection.problems)} result file(s) could not be read and are left out "

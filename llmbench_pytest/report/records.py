@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from ..analysis.stats import mean_of, relative_spread
 from .collect import ReportError, commits_of, find_result_files, judged, load_results
-from .configs import one_session_each
+from .configs import one_session_each, sessions_read
 
 
 class RecordKey(NamedTuple):
@@ -291,7 +291,12 @@ def _from_results_dir(path: Path) -> RecordSet:
     runs, notes = one_session_each(collection.runs)
     records = [record_from_result(run.data, str(run.path)) for run in runs]
     return RecordSet(
-        path, "results", merge_repeats(records), [*collection.problems, *notes], commits=collection.commits
+        path,
+        "results",
+        merge_repeats(records),
+        [*collection.problems, *notes],
+        note=f"read {sessions_read(runs)}" if sessions_read(runs) else None,
+        commits=collection.commits,
     )
 
 

@@ -1,12 +1,16 @@
 """Where a run's files live and how they are written: never overwritten, never half-written.
 
-Standard library only. Files go where the benchmark card puts them
-(`results/bench-<host>-<strategy>-ws<N>-seq<L>.log` and `..._results/result.json`; compiling adds
+Standard library only. Each pytest session writes into a folder of its own under the results
+directory, named by when it started (UTC) and its session id, `results/20261125-173012-1a2b3c4d/`,
+and `results/latest` links to the newest; two sessions of one command are never mixed, and a
+session's folder can be reported, compared or gated on its own. Inside it files go where the
+benchmark card puts them (`bench-<host>-<strategy>-ws<N>-seq<L>.log` and
+`..._results/result.json`; compiling adds
 `-compile`, activation checkpointing `-ckpt`, a technique off its default `-loss_chunked`,
-`-fp8_tensorwise`, `-attn_flash`); a run claims its
-directory with an atomic mkdir and never reuses an earlier one (a second run of the same
-configuration gets `-r2`, `-r3`, ...). Every write is write-then-rename, here and in the ranks'
-heartbeat files (worker/progress.py).
+`-fp8_tensorwise`, `-attn_flash`); a run claims its directory with an atomic mkdir and never
+reuses an earlier one (a repeat of the same configuration in one session, --llmbench-repeat, gets
+`-r2`, `-r3`, ...). Every write is write-then-rename, here and in the ranks' heartbeat files
+(worker/progress.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import os
 import socket
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +30,44 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ..config.spec import RunSpec
+
+
+LATEST = "latest"
+"""results/latest: a symbolic link to the newest session's folder."""
+
+
+def session_folder_name(session_id: str, started: float | None = None) -> str:
+    """`<UTC date>-<UTC time>-<session id>`, e.g. 20261125-173012-1a2b3c4d: names sort in the order
+    the sessions started (pytest-benchmark names its saved sessions by UTC time too)."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime(started)) + f"-{session_id}"
+
+
+def is_session_folder(name: str) -> bool:
+    """A folder session_folder_name made (and not `latest`, `summary` or a run's own folder)."""
+    date, _, rest = name.partition("-")
+    clock, _, sid = rest.partition("-")
+    return len(date) == 8 and len(clock) == 6 and (date + clock).isdigit() and bool(sid)
+
+
+def claim_session_dir(results_dir: Path, folder: str) -> Path:
+    """Create this session's folder under results_dir and point results_dir/latest at it, unless a
+    session that started later has already taken the link."""
+    path = results_dir / folder
+    path.mkdir(parents=True, exist_ok=True)
+    link = results_dir / LATEST
+    if link.exists() and not link.is_symlink():
+        return path  # a folder of the user's own called "latest": left alone
+    if link.is_symlink() and os.readlink(link) > folder:
+        return path
+    tmp = results_dir / f".{LATEST}.{os.getpid()}.tmp"
+    try:
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(folder, target_is_directory=True)
+        os.replace(tmp, link)  # atomic: a reader sees the old link or the new one
+    except OSError:
+        # a file system without symbolic links: the session folders still sort by start time
+        tmp.unlink(missing_ok=True)
+    return path
 
 
 def short_host() -> str:

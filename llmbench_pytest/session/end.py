@@ -20,7 +20,7 @@ def write_session_report(session: LlmbenchSession) -> list[str]:
     from ..report import ReportError, write_report
 
     try:
-        files = write_report(session.results_dir, only=session.result_paths)
+        files = write_report(session.run_dir, only=session.result_paths)
     except ReportError as exc:
         return [f"llmbench report: {exc}"]
     lines = [files.table, f"report: {files.markdown}", f"metrics: {files.csv}"]

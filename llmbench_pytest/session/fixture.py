@@ -134,7 +134,7 @@ class LlmbenchFixture:
         meta["repeat"] = {"index": index, "count": count}
         paths = None
         if self.writer:
-            paths = claim_run_paths(self.session.results_dir, spec)
+            paths = claim_run_paths(self.session.run_dir, spec)
             self.session.result_paths.append(paths.result)
             running = placeholder(spec, "running", meta)
             # who will finish it: a report tells a run in progress from one a killed session left
@@ -253,7 +253,7 @@ class LlmbenchFixture:
                 spec = with_epoch_steps(spec.replace(dataset_samples=TRIAL_STEPS * spec.samples_per_step))
             paths = None
             if self.writer:
-                paths = claim_run_paths(self.session.results_dir / ".batch-search", spec)
+                paths = claim_run_paths(self.session.run_dir / ".batch-search", spec)
             m = self._measure(paths, self._meta(), spec)
             data = build_result(spec, m, {})
             predictions[batch] = data.get("peak_prediction")

@@ -16,7 +16,10 @@ import pytest
 from ..analysis.scaling import mode
 from ..checks import peer_key
 from ..config.hardware import Hardware, detect, share_node
+from ..results.storage import claim_session_dir, session_folder_name
 from .progress import Quiet
+
+SESSION_FOLDER_KEY = "llmbench_session_folder"
 
 if TYPE_CHECKING:
     from ..config.options import SessionOptions
@@ -46,6 +49,12 @@ class LlmbenchSession:
         self.session_id = session_id(config)
         """Names this pytest session in every result it writes: a report never takes the runs of
         two sessions for repeats of one (report/configs.one_session_each)."""
+        self.session_folder = (getattr(config, "workerinput", None) or {}).get(
+            SESSION_FOLDER_KEY
+        ) or session_folder_name(self.session_id)
+        """This session's folder under the results directory (results/storage.py); pytest-xdist's
+        workers take their controller's (plugin.pytest_configure_node), so they share one."""
+        self._run_dir: Path | None = None
         self._ctx: DistContext | None = None
         self._ranks: RankPool | None = None
         self._peers: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
@@ -68,6 +77,14 @@ class LlmbenchSession:
         self.refusal: str | None = None
         """Why no benchmark may train in this pytest-xdist worker (another process holds its GPUs:
         plugin._look_at_gpus); each fails at once with it."""
+
+    @property
+    def run_dir(self) -> Path:
+        """Where this session's runs go: results/<started>-<session id>/, created (and linked as
+        results/latest) when the first run, op build or report needs it."""
+        if self._run_dir is None:
+            self._run_dir = claim_session_dir(self.results_dir, self.session_folder)
+        return self._run_dir
 
     @property
     def world_size(self) -> int:

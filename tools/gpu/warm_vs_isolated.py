@@ -35,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _child import run_session
 
+from llmbench_pytest.report.collect import find_result_files
+
 DEFAULT = ["--llmbench-strategies=ddp,fsdp,zero2,zero3,zero2_offload"]
 # model states: the same census on both sides, to 0.01% (1.5 MB of llama-1b's 15.4 GB); a scalar
 # DeepSpeed allocates in one and not the other differs by bytes, a leftover by megabytes or more
@@ -64,7 +66,7 @@ def run(mode: str, out: Path, extra: list[str], warm_first: str | None = None) -
 
 def figures(folder: Path) -> dict[str, dict[str, Any]]:
     out = {}
-    for path in folder.glob("*_results/result.json"):
+    for path in find_result_files(folder):
         d = json.loads(path.read_text())
         if d["status"] == "ok":
             key = f"{d['strategy']}-ws{d['world_size']}-seq{d['seq_len']}"
