@@ -16,7 +16,8 @@ limit=()
 tar czf "$OUT/$name.tgz" -C /tmp/llmbench "$name"
 python3 - "$dir" <<'PY'
 import glob, json, sys
-for f in sorted(glob.glob(sys.argv[1] + "/*_results/result.json")):
+# each session's runs are in its own folder (results/storage.py); older layouts had them directly here
+for f in sorted(glob.glob(sys.argv[1] + "/[0-9]*-*/*_results/result.json") + glob.glob(sys.argv[1] + "/*_results/result.json")):
     d = json.load(open(f))
     c = d.get("communication") or {}
     print(f"{d['strategy']:>14} ws{d['world_size']} seq{d['seq_len']} b{d['per_device_batch']} {d['status']:>5} tok/s {d['tokens_per_sec'] or 0:>9.0f} "
