@@ -103,7 +103,10 @@ def test_a_warm_group_serves_its_world_size_and_a_fault_starts_a_fresh_one(warm_
         assert "configuration 3 of this process" in log  # fsdp's lines only:
         assert "for ddp" not in log and "for zero1" not in log
         assert read_heartbeat(fsdp_dir / f"rank{rank}.progress")["phase"] in PHASES
-    assert fsdp_dir.with_name(fsdp_dir.name.removesuffix("_results") + ".log").exists()
+    # the configuration's own log names its ranks and where their output is, though torchrun
+    # itself had nothing to say while its ranks were healthy
+    own = fsdp_dir.with_name(fsdp_dir.name.removesuffix("_results") + ".log").read_text()
+    assert "warm ranks (configuration 3 of this group)" in own and f"{fsdp_dir.name}/rank<k>.log" in own
     assert not leftover_processes(str(bench.path))
     assert not list(bench.path.glob("results/.llmbench-ranks/*")), "group directories are removed"
 

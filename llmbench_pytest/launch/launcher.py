@@ -89,6 +89,7 @@ class RankPool:
         group.post(job)
         self.served += 1
         launch.timings.update(group=group.name, group_configuration=self.served, isolated=self.isolate)
+        _log_header(launch)
         try:
             measurement = _watch(group, launch, timeout_s, on_progress)
         except BaseException:  # Ctrl-C, SIGTERM, or anything else: no rank outlives us
@@ -177,6 +178,20 @@ def _watch(
             last = beat
         time.sleep(POLL_S)
     return Measurement(**json.loads(measured.read_text()))
+
+
+def _log_header(launch: Launch) -> None:
+    """The configuration's own log says which ranks ran it and where their output is: torchrun's
+    lines follow only when it has something to say, and a warm group's agent is quiet between
+    healthy configurations (an empty log read as a lost one)."""
+    t = launch.timings
+    with open(launch.log_path, "a") as fh:
+        fh.write(
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')} torchrun group {t['group']}, {t['ranks']} ranks "
+            f"(configuration {t['group_configuration']} of this group); each rank's output is in "
+            f"{launch.run_dir.name}/rank<k>.log; torchrun's own output for this configuration, if "
+            "any, follows\n"
+        )
 
 
 def _copy_agent_output(group: RankGroup, since: int, target: Path) -> str:
