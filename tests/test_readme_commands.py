@@ -9,11 +9,13 @@ fails here.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
 import sys
 
-from conftest import FEW_STEPS, REPO
+from conftest import CHILD_UNSET, FEW_STEPS, REPO, TORCH_EXTENSIONS_DIR
 from llmbench_pytest import readme
 from llmbench_pytest.results.storage import is_session_folder
 
@@ -67,3 +69,28 @@ def test_the_quick_start_first_run_writes_what_the_readme_says(bench):
     out = bench.run(sys.executable, "-m", "llmbench_pytest.cli", *report[1:], "--no-plots")
     assert out.ret == 0, out.stderr
     out.stdout.fnmatch_lines(["*zero2 * 2 *", "wrote *results/latest/summary/metrics.csv"])
+
+
+def test_make_bench_with_small_settings_names_the_report_it_wrote(tmp_path):
+    # the Quick start's `make bench ARGS=...` form, narrowed to one pretraining run with a short
+    # fixed measurement, into a folder of the test's own: its last lines name the session's report
+    quick = readme.section(README, "Quick start")
+    assert "make bench ARGS='-k \"zero2 and not offload\" --llmbench-world-sizes=1,2'" in quick
+    results = tmp_path / "results"
+    args = f'-k "test_pretrain and zero2 and not offload" --llmbench-world-sizes=1 {" ".join(FEW_STEPS)}'
+    args += f" --llmbench-results-dir={results}"
+    done = subprocess.run(
+        ["make", "--no-print-directory", "bench", f"ARGS={args}"],
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if k not in CHILD_UNSET}
+        | {"TORCH_EXTENSIONS_DIR": TORCH_EXTENSIONS_DIR},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = results / "latest" / "summary" / "BENCHMARK_REPORT.md"
+    assert f"Report:  {report}" in done.stdout, done.stdout[-2000:]
+    assert report.is_file() and "zero2" in report.read_text()
+    assert len(list((results / "latest").glob("*_results/result.json"))) == 1
