@@ -27,7 +27,7 @@ NUMERIC_COLUMNS = (
     "world size",
     "tokens/s",
     "step s",
-    "CV",
+    "step CV",
     "mean +-",
     "peak GB",
     "MFU",
@@ -158,7 +158,7 @@ def summary_rows(
         ws_title,
         "tokens/s",
         "step s",
-        "CV",
+        "step CV",
         "mean +-",
         mem_title,
         "scaling",
@@ -198,6 +198,10 @@ def notes(configs: Sequence[Config]) -> list[str]:
     out.extend(f"MFU n/a: {r}" for r in reasons)
     if any(c.key.fp8 != "none" and c.mfu is not None for c in configs):
         out.append(FP8_MFU_NOTE + ".")
+    out.append(
+        "step CV: the coefficient of variation of the step times within the run (the step_time_cv "
+        "check compares runs: the repeats of --llmbench-repeat, or the epochs)."
+    )
     out.append(
         "mean +-: the 95% interval of the mean step time, as a share of it; after it, what ended the "
         "window before that precision was reached (budget: the time budget, cap: the step cap, fixed: "
