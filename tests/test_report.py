@@ -529,6 +529,9 @@ def test_session_folders_are_read_as_sessions_and_named_by_report_compare_and_ga
     )
     md = (root / "summary" / "BENCHMARK_REPORT.md").read_text()
     assert "Read from session 20261124-110000-bbbb2222 (1 run)." in md
+    # the count says what was read and what was left out, not one figure for both
+    assert "1 result file read under" in md
+    assert "(and 2 older sessions' runs of the same configurations, left out below)" in md
     # results/latest is the newest session's folder, read by its own name
     latest = llmbench("report", root / "latest", "--no-plots")
     assert latest.returncode == 0 and "warning" not in latest.stderr, latest.stderr

@@ -44,7 +44,9 @@ class Report:
     ) -> Report:
         """Raises ReportError when the folder is missing or holds no readable result."""
         collection = load_results(results_dir, only)
+        read = len(collection.runs)
         collection.runs, collection.left_out = one_session_each(collection.runs)
+        collection.older_runs = read - len(collection.runs)
         rules = rules or PatternRules()
         configs = group_configs(collection.runs)
         scaling = scaling_table(configs)

@@ -153,6 +153,8 @@ class Collection:
     left_out: list[str] = field(default_factory=list)
     """One line per configuration run in several sessions: the older sessions' runs left out
     (configs.one_session_each)."""
+    older_runs: int = 0
+    """How many readable runs those lines leave out."""
 
     def __iter__(self) -> Iterator[Run]:
         return iter(self.runs)

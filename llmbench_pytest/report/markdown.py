@@ -30,10 +30,16 @@ if TYPE_CHECKING:
 
 def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:
     n = len(collection.runs)
+    older = (
+        f" (and {collection.older_runs} older sessions' run{'s' if collection.older_runs != 1 else ''} "
+        "of the same configurations, left out below)"
+        if collection.older_runs
+        else ""
+    )
     out = [
         "# Benchmark report",
         "",
-        f"{n} result file{'s' if n != 1 else ''} under `{collection.root}`, {len(configs)} "
+        f"{n} result file{'s' if n != 1 else ''} read under `{collection.root}`{older}, {len(configs)} "
         f"configuration{'s' if len(configs) != 1 else ''}; generated {time.strftime('%Y-%m-%d %H:%M:%S')}.",
     ]
     if sessions_read(collection.runs):
