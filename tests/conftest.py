@@ -140,6 +140,21 @@ def shared_bench(tmp_path_factory: pytest.TempPathFactory):
     return lambda name: SharedBench(tmp_path_factory.mktemp(name, numbered=True))
 
 
+_TRAINED: dict[str, tuple[SharedBench, pytest.RunResult]] = {}
+
+
+def trained_once(
+    shared_bench, name: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[SharedBench, pytest.RunResult]:
+    """`pytest ARGS` in the shared directory NAME, run once per test process for every test marked
+    xdist_group(NAME), whichever file it is in (a session-scoped fixture defined in one test module
+    and imported by another runs once per module)."""
+    if name not in _TRAINED:
+        bench = shared_bench(name)
+        _TRAINED[name] = (bench, bench.runpytest_subprocess(*args, env=env))
+    return _TRAINED[name]
+
+
 def torchrun(pytester, nproc: int, *args: str, timeout: float = 600) -> pytest.RunResult:
     """`torchrun --nproc_per_node=N -m pytest ARGS` in the pytester (or shared) directory."""
     return pytester.run(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FEW_STEPS, RUNS, SharedBench, saved_results
+from conftest import FEW_STEPS, RUNS, SharedBench, saved_results, trained_once
 
 
 def runs(path: Path) -> dict[str, dict]:
@@ -39,7 +39,6 @@ def leftover_processes(marker: str) -> list[str]:
 
 
 KILLED = "killed_rank_matrix"
-_trained: dict[str, tuple[SharedBench, pytest.RunResult]] = {}
 
 
 def killed_rank_session(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
@@ -47,21 +46,18 @@ def killed_rank_session(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
     xdist_group(KILLED), here and in test_check_faults.py: world sizes 1, 2 and 4 (4 is skipped on
     fewer cores), each its own torchrun group, with rank 1 of the two-rank ddp run killed by
     SIGKILL; zero2 then trains at world size 2 in a fresh group, its rank 1 a straggler that sleeps
-    1 s before every optimizer step. World size 1 has no rank 1: its ddp and zero2 runs are healthy.
-    (Cached here rather than in a session fixture, which each module would run for itself.)"""
-    if KILLED not in _trained:
-        bench = shared_bench(KILLED)
-        result = bench.runpytest_subprocess(
-            "benchmarks",
-            *FEW_STEPS,
-            "--llmbench-strategies=ddp,zero2",
-            "--llmbench-world-sizes=1,2,4",
-            "-v",
-            "-rs",
-            env={"LLMBENCH_INJECT_FAULT": "ddp:kill:1,zero2:slow=1.0:1"},
-        )
-        _trained[KILLED] = (bench, result)
-    return _trained[KILLED]
+    1 s before every optimizer step. World size 1 has no rank 1: its ddp and zero2 runs are healthy."""
+    return trained_once(
+        shared_bench,
+        KILLED,
+        "benchmarks",
+        *FEW_STEPS,
+        "--llmbench-strategies=ddp,zero2",
+        "--llmbench-world-sizes=1,2,4",
+        "-v",
+        "-rs",
+        env={"LLMBENCH_INJECT_FAULT": "ddp:kill:1,zero2:slow=1.0:1"},
+    )
 
 
 @pytest.fixture

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FEW_STEPS, RUNS, SharedBench, runs_by_config
+from conftest import FEW_STEPS, RUNS, SharedBench, runs_by_config, trained_once
 
 HANDED_BACK = "handed_back_session"
-_trained: dict[str, tuple[SharedBench, pytest.RunResult]] = {}
 HANDED_BACK_STRATEGIES = ("fsdp_grad_op", "zero3", "ddp", "fsdp", "zero1", "zero2")
 RETAINED_MB = 100
 
@@ -23,20 +22,17 @@ def handed_back_session(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
     xdist_group(HANDED_BACK), here and in test_warm_ranks.py. Three groups, one after the other:
     fsdp_grad_op alone (its teardown raises, which ends its group); zero3, ddp, fsdp and zero1 (the
     first three healthy, zero1 keeping RETAINED_MB past its teardown, which ends that group); zero2
-    in a fresh group. (Cached here rather than in a session fixture, which each module would run for
-    itself.)"""
-    if HANDED_BACK not in _trained:
-        bench = shared_bench(HANDED_BACK)
-        result = bench.runpytest_subprocess(
-            "benchmarks",
-            f"--llmbench-strategies={','.join(HANDED_BACK_STRATEGIES)}",
-            "--llmbench-world-sizes=1",
-            *FEW_STEPS,
-            "-v",
-            env={"LLMBENCH_INJECT_FAULT": f"fsdp_grad_op:teardown,zero1:retain={RETAINED_MB}"},
-        )
-        _trained[HANDED_BACK] = (bench, result)
-    return _trained[HANDED_BACK]
+    in a fresh group."""
+    return trained_once(
+        shared_bench,
+        HANDED_BACK,
+        "benchmarks",
+        f"--llmbench-strategies={','.join(HANDED_BACK_STRATEGIES)}",
+        "--llmbench-world-sizes=1",
+        *FEW_STEPS,
+        "-v",
+        env={"LLMBENCH_INJECT_FAULT": f"fsdp_grad_op:teardown,zero1:retain={RETAINED_MB}"},
+    )
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import FEW_STEPS, SharedBench, runs_by_config
+from conftest import FEW_STEPS, SharedBench, runs_by_config, trained_once
 from llmbench_pytest.config.spec import DEFAULT_STRATEGIES
 from llmbench_pytest.results.schema import SEED_FIELDS
 
@@ -104,25 +104,21 @@ def test_default_matrix_every_strategy_at_world_sizes_1_and_2(default_matrix):
 
 
 IN_PROCESS = "in_process_session"
-_trained: dict[str, tuple[SharedBench, pytest.RunResult]] = {}
 
 
 def in_process_session(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
     """One in-process session, trained once per test process, for the tests marked
     xdist_group(IN_PROCESS), here and in test_faults.py: zero0, ddp, fsdp and zero2 one after the
-    other in the pytest process, zero0 raising a runtime error at its first measured step. (Cached
-    here rather than in a session fixture, which each module would run for itself.)"""
-    if IN_PROCESS not in _trained:
-        bench = shared_bench(IN_PROCESS)
-        result = bench.runpytest_subprocess(
-            "benchmarks",
-            "--llmbench-launch=inprocess",
-            "--llmbench-strategies=zero0,ddp,fsdp,zero2",
-            *FEW_STEPS,
-            env={"LLMBENCH_INJECT_FAULT": "zero0:error"},
-        )
-        _trained[IN_PROCESS] = (bench, result)
-    return _trained[IN_PROCESS]
+    other in the pytest process, zero0 raising a runtime error at its first measured step."""
+    return trained_once(
+        shared_bench,
+        IN_PROCESS,
+        "benchmarks",
+        "--llmbench-launch=inprocess",
+        "--llmbench-strategies=zero0,ddp,fsdp,zero2",
+        *FEW_STEPS,
+        env={"LLMBENCH_INJECT_FAULT": "zero0:error"},
+    )
 
 
 @pytest.fixture

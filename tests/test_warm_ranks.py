@@ -16,7 +16,7 @@ import pytest
 from test_launcher import leftover_processes
 from test_leftover import HANDED_BACK, handed_back_session
 
-from conftest import REPO, RUNS, SharedBench, runs_by_config
+from conftest import REPO, RUNS, SharedBench, runs_by_config, trained_once
 from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.launch import group as launch_group
 from llmbench_pytest.launch.launcher import MEASUREMENT_FILE, Launch, RankPool, read_heartbeat
@@ -36,7 +36,6 @@ def test_file_names_are_shared_by_launcher_and_worker(tmp_path):
 
 
 WARM = "warm_matrix"
-_trained: dict[str, tuple[SharedBench, pytest.RunResult]] = {}
 
 
 def warm_matrix_session(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
@@ -46,21 +45,18 @@ def warm_matrix_session(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
     running out of memory. One group serves ddp, then zero1 and fsdp warm; the out-of-memory error
     ends it, and fsdp_grad_op starts a fresh one, which then serves zero2, run by DeepSpeed at ZeRO
     stage 1 (a zero2 that keeps full gradients: its model-states check fails, its run does not).
-    (Cached here rather than in a session fixture, which each module would run for itself.) World
-    size 1's group and the world-size-first order: test_launcher's
+    World size 1's group and the world-size-first order: test_launcher's
     test_world_sizes_run_as_groups_with_per_rank_logs."""
-    if WARM not in _trained:
-        bench = shared_bench(WARM)
-        result = bench.runpytest_subprocess(
-            "benchmarks",
-            *SHORT,
-            "--llmbench-strategies=ddp,zero1,fsdp,fsdp_grad_op,zero2",
-            "--llmbench-world-sizes=2",
-            "-v",
-            env={"LLMBENCH_INJECT_FAULT": "fsdp:oom,zero2:stage=1"},
-        )
-        _trained[WARM] = (bench, result)
-    return _trained[WARM]
+    return trained_once(
+        shared_bench,
+        WARM,
+        "benchmarks",
+        *SHORT,
+        "--llmbench-strategies=ddp,zero1,fsdp,fsdp_grad_op,zero2",
+        "--llmbench-world-sizes=2",
+        "-v",
+        env={"LLMBENCH_INJECT_FAULT": "fsdp:oom,zero2:stage=1"},
+    )
 
 
 @pytest.fixture
