@@ -42,8 +42,9 @@ def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:
         f"{n} result file{'s' if n != 1 else ''} read under `{collection.root}`{older}, {len(configs)} "
         f"configuration{'s' if len(configs) != 1 else ''}; generated {time.strftime('%Y-%m-%d %H:%M:%S')}.",
     ]
-    if sessions_read(collection.runs):
-        out.append(f"Read from {sessions_read(collection.runs)}.")
+    sessions = sessions_read(collection.runs)
+    if sessions:
+        out.append(f"Read from {sessions}.")
     if collection.problems:
         out.append(
             f"{len(collection.problems)} result file(s) could not be read and are left out "

@@ -290,12 +290,13 @@ def _from_results_dir(path: Path) -> RecordSet:
     collection = load_results(path)
     runs, notes = one_session_each(collection.runs)
     records = [record_from_result(run.data, str(run.path)) for run in runs]
+    sessions = sessions_read(runs)
     return RecordSet(
         path,
         "results",
         merge_repeats(records),
         [*collection.problems, *notes],
-        note=f"read {sessions_read(runs)}" if sessions_read(runs) else None,
+        note=f"read {sessions}" if sessions else None,
         commits=collection.commits,
     )
 

@@ -80,14 +80,15 @@ class AheadBuild:
         return [summary(self.names, self.json_path, self.process.returncode)]
 
 
-def start(names: list[str], device_type: str, results_dir: Path) -> AheadBuild:
-    """`llmbench ops --ops NAMES` in a process group of its own, output to ops-ahead.log."""
-    results_dir.mkdir(parents=True, exist_ok=True)
-    json_path = results_dir / JSON_NAME
+def start(names: list[str], device_type: str, folder: Path) -> AheadBuild:
+    """`llmbench ops --ops NAMES` in a process group of its own, its output to FOLDER/ops-ahead.log
+    and its figures to FOLDER/ops-ahead.json (the session's own folder)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    json_path = folder / JSON_NAME
     json_path.unlink(missing_ok=True)
     command = [sys.executable, "-m", "llmbench_pytest.cli", "ops", "--ops", ",".join(names),
                "--device", device_type, "--json", str(json_path)]  # fmt: skip
-    with open(results_dir / LOG_NAME, "wb") as log:
+    with open(folder / LOG_NAME, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return AheadBuild(names, process, json_path, time.monotonic())
 
