@@ -38,7 +38,7 @@ def test_memory_model_matches_what_deepspeed_holds_in_fp32():
     assert bytes_per_param("zero3", "none", 2, "fp32") == pytest.approx(10.0)
 
 
-TINY = 5_261_568  # llama-tiny: vocab 4096 x hidden 256, DeepSpeed's bucket 256 x 256
+TINY = 5_261_568  # a small llama (vocab 4096 x hidden 256), DeepSpeed's bucket 256 x 256
 TINY_FLIGHT = InFlight(embedding=4096 * 256, bucket=256 * 256)
 
 

@@ -156,8 +156,8 @@ def _build(**kw):
 
 def test_chunked_loss_matches_the_models_own_loss_and_gradients():
     torch.manual_seed(0)
-    ids = torch.randint(0, 4096, (2, 64))
     ref, fused = _build(), _build(fused_loss="chunked")
+    ids = torch.randint(0, ref.vocab_size, (2, 64))
     assert fused.summary["techniques"]["fused_loss"] == {
         "kind": "chunked",
         "chunk_rows": 8192,
@@ -220,7 +220,7 @@ def test_fp8_converts_the_block_linears_and_keeps_lm_head():
         "emulated": True,
         "fsdp_float8_all_gather": False,
     }
-    built.loss(built.module, torch.randint(0, 4096, (2, 64))).backward()  # emulated fp8 trains
+    built.loss(built.module, torch.randint(0, built.vocab_size, (2, 64))).backward()  # emulated fp8 trains
 
 
 def test_fp8_with_no_layer_fp8_can_take_is_unavailable():
@@ -350,7 +350,7 @@ def test_liger_patches_this_model_and_nothing_process_wide():
     fused = build_model(s, resolve_model(s.model), cuda)
     ref = build_model(spec(), resolve_model(s.model), cuda)
     assert [getattr(owner, name) for owner, name in watched] == before
-    ids = torch.randint(0, 4096, (2, 64), device=cuda)
+    ids = torch.randint(0, ref.vocab_size, (2, 64), device=cuda)
     assert fused.loss(fused.module, ids).item() == pytest.approx(ref.loss(ref.module, ids).item(), abs=1e-4)
 
 

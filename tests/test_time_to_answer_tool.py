@@ -31,7 +31,13 @@ def _result(folder, name, window, total):
         "timing": {
             "window_sec": window,
             "setup_sec": 1.0,
-            "setup_phases": {"ops_sec": 0.5, "warmup_sec": 0.5, "after_window_sec": 0.25},
+            "setup_phases": {
+                "import_sec": 1.5,
+                "predict_sec": 0.75,
+                "ops_sec": 0.5,
+                "warmup_sec": 0.5,
+                "after_window_sec": 0.25,
+            },
             "ops": {"cpu_adam": {"sec": 0.01, "compiled": True}},
             "measurement": {"stopped": "cap", "precision": 0.05},
             "launch": {"ranks": "warm", "to_first_progress_sec": 0.25, "total_sec": total},
@@ -54,7 +60,8 @@ def test_it_times_the_command_and_accounts_for_each_configuration(tmp_path, monk
     assert figures["measuring_sec"] == pytest.approx(0.05) and figures["configurations"] == 2
     assert 0.2 <= figures["wall_sec"] < 30 and figures["ops_compiled_sec"] == pytest.approx(0.02)
     (ddp,) = [r for r in figures["rows"] if r["name"] == "ddp-ws1"]
-    assert ddp["other"] == pytest.approx(5.0 - (0.25 + 1.0 + 0.5 + 0.5 + 0.02 + 0.25))
+    assert ddp["other"] == pytest.approx(5.0 - (0.25 + 1.5 + 0.75 + 1.0 + 0.5 + 0.5 + 0.02 + 0.25))
+    assert ddp["imports"] == 1.5 and ddp["predict"] == 0.75
     assert ddp["ranks"] == "warm" and ddp["stopped"] == "cap" and ddp["precision"] == 0.05
     out = capsys.readouterr().out
     assert "goal wall <= 60 s: met" in out and "goal measuring >= 99%: MISSED" in out and "+-5.0%" in out

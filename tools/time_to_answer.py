@@ -85,6 +85,9 @@ def _row(data: dict[str, Any]) -> dict[str, Any]:
     total = launch.get("total_sec")
     parts = {
         "start": launch.get("to_first_progress_sec"),
+        # a fresh process's imports before its first run, and the peak prediction's trace
+        "imports": phases.get("import_sec"),
+        "predict": phases.get("predict_sec"),
         "setup": timing.get("setup_sec"),
         "ops": phases.get("ops_sec"),
         "warmup": phases.get("warmup_sec"),
@@ -151,6 +154,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "ranks",
         "total",
         "start",
+        "imports",
+        "predict",
         "setup",
         "ops",
         "warmup",

@@ -193,6 +193,11 @@ HISTORY_ENV = "LLMBENCH_MEMORY_HISTORY"
 run that leaves device memory behind names the Python lines that allocated it (slower steps)."""
 
 
+def has_fresh_level(device: torch.device) -> bool:
+    """Whether this process has taken its level on `device` (its first run has started)."""
+    return device.type in _FRESH
+
+
 def fresh_level(device: torch.device) -> FreshLevel:
     """This process's level before its first run on `device` (taken at the first call)."""
     if device.type not in _FRESH:
