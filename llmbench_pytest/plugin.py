@@ -390,7 +390,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     s = get_session(session.config)
     _look_at_gpus(session, s)  # before any rank starts, and before check_collection's process group
     _build_ops_ahead(session, s)
-    _trace_ahead(session, s)
     if s.env.under_torchrun and s.world_size > 1:
         from .session.agreement import check_collection
 
@@ -437,21 +436,6 @@ def _build_ops_ahead(session: pytest.Session, s: LlmbenchSession) -> None:
     names = ops_ahead.needed(specs, device)
     if names:
         s.ops_build = ops_ahead.start(names, device, s.run_dir)
-
-
-def _trace_ahead(session: pytest.Session, s: LlmbenchSession) -> None:
-    """On a GPU, start tracing the selected configurations' steps for their peak predictions beside
-    the first one (session/trace_ahead.py); from one process per machine, as the op builds."""
-    config = session.config
-    if config.option.collectonly or xdist.is_controller(config) or s.env.local_rank != 0 or s.refusal:
-        return  # a session refused (another process holds its GPUs) writes nothing
-    if xdist.is_worker(config) and xdist.worker_id(config)[0] != "gw0":
-        return
-    from .session import trace_ahead
-
-    specs = [spec for spec in _selected_specs(session) if hasattr(spec, "compile")]
-    if specs and trace_ahead.wanted(s.hardware().device):
-        s.traces_ahead = trace_ahead.start(specs, s.run_dir)
 
 
 def _look_at_gpus(session: pytest.Session, s: LlmbenchSession) -> None:
@@ -556,9 +540,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if s.ops_build is not None:
         s.summary_lines.extend(s.ops_build.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED))
         s.ops_build = None
-    if s.traces_ahead is not None:
-        s.traces_ahead.finish()
-        s.traces_ahead = None
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         s.interrupted = True
         return

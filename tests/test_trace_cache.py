@@ -4,7 +4,6 @@ by everything the trace depends on) instead of tracing again; anything else trac
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
 
@@ -68,51 +67,3 @@ def test_off_keeps_nothing(tmp_path, monkeypatch):
     assert trace_cache.cache_dir() is None
     assert not predict_spec(SPEC).trace_cached
     assert not any(tmp_path.iterdir())
-
-
-# --- traces made ahead, beside the first configuration (session/trace_ahead.py) -----------------
-
-
-def test_traces_made_ahead_are_read_by_the_rank_that_needs_them(cache, tmp_path, monkeypatch):
-    from llmbench_pytest.session import trace_ahead
-
-    other = RunSpec(**{**dataclasses.asdict(SPEC), "strategy": "ddp"})  # amp: another trace
-    # at the ranks' priority: the tests beside it would starve a lower one on two cores
-    ahead = trace_ahead.start([SPEC, SPEC, other], tmp_path / "session", nice=0)
-    assert ahead.process.wait(timeout=300) == 0, ahead.log_path.read_text()
-    log = ahead.log_path.read_text()
-    assert "2 step trace(s) made" in log and log.count("traced in") == 2, log
-    assert len(list(cache.glob("*.json"))) == 2 and not list(cache.glob("*.pending"))
-    _no_tracing(monkeypatch)
-    assert predict_spec(SPEC).trace_cached and predict_spec(other).trace_cached
-
-
-def test_a_rank_waits_for_a_trace_being_made_and_not_for_a_dead_tracer(cache, monkeypatch):
-    import os
-    import subprocess
-    import sys
-    import threading
-
-    from llmbench_pytest.config.presets import resolve_model
-
-    preset = resolve_model(SPEC.model, SPEC.model_config)
-    key = step_trace.trace_key(SPEC, preset)
-    made = step_trace._trace(SPEC, preset, step_trace.compute_mode(SPEC.strategy, SPEC.dtype))
-    marker = trace_cache.mark_pending(key)
-    assert marker is not None and marker.read_text() == str(os.getpid())
-    later = threading.Timer(0.5, trace_cache.store, (key, made))
-    later.start()
-    try:
-        assert trace_cache.wait(key, limit_s=30) == made  # stored while it waited
-    finally:
-        later.cancel()
-    # a tracer that died without storing: no wait at all
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], check=True, capture_output=True, text=True
-    )
-    key2 = step_trace.trace_key(RunSpec(**{**dataclasses.asdict(SPEC), "seq_len": 32}), preset)
-    trace_cache.mark_pending(key2).write_text(dead.stdout.strip())
-    started = time.monotonic()
-    assert trace_cache.wait(key2, limit_s=30) is None
-    assert trace_cache.wait(("never", "marked"), limit_s=30) is None
-    assert time.monotonic() - started < 5

@@ -182,6 +182,9 @@ def test_a_small_configuration_after_a_big_one_reports_its_own_peak(bench):
 def test_progress_reaches_the_callback_and_the_next_configuration_is_warm(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # the launcher passes on rank 0's latest heartbeat each time it looks (every 0.25 s): measured
+    # steps slowed to 0.4 s each keep the measuring phase in view for 1.6 s, however fast the CPU
+    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:slow=0.4")
     spec = RunSpec(
         strategy="ddp", model="llama-tiny", seq_len=64, per_device_batch=2, steps=4, warmup=1, dtype="fp32"
     )

@@ -69,7 +69,7 @@ class AheadBuild:
         """Stop a build still running (nothing left needs it, or the session was interrupted) and
         say in a line what the build did."""
         if self.process.poll() is None:
-            stop_process_group(self.process)
+            _stop(self.process)
             if interrupted:
                 return []
             return [
@@ -114,9 +114,8 @@ def summary(names: list[str], json_path: Path, code: int | None) -> str:
     return "DeepSpeed ops built beside the first configurations, apart from their times: " + "; ".join(parts)
 
 
-def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
-    """SIGTERM to a process started in a session of its own and its whole group (a build's compiler
-    included), SIGKILL after a grace."""
+def _stop(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """SIGTERM to the build's process group (the compiler included), SIGKILL after a grace."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
         try:
             os.killpg(process.pid, sig)

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from ..worker.dist import DistContext
     from .ops_ahead import AheadBuild
     from .progress import Progress
-    from .trace_ahead import AheadTraces
 
 
 def session_id(config: pytest.Config) -> str:
@@ -75,8 +74,6 @@ class LlmbenchSession:
         """The progress display (session/progress.py), chosen when collection has finished."""
         self.ops_build: AheadBuild | None = None
         """DeepSpeed ops building beside the first configurations (session/ops_ahead.py)."""
-        self.traces_ahead: AheadTraces | None = None
-        """Step traces made beside the first configuration, on a GPU (session/trace_ahead.py)."""
         self.refusal: str | None = None
         """Why no benchmark may train in this pytest-xdist worker (another process holds its GPUs:
         plugin._look_at_gpus); each fails at once with it."""

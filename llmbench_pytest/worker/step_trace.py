@@ -61,22 +61,16 @@ _TRACED: dict[tuple[Any, ...], StepTrace] = {}
 fresh process reads what an earlier one traced (trace_cache.py)."""
 
 
-def trace_key(spec: RunSpec, preset: ModelPreset) -> tuple[Any, ...]:
-    """What decides a step's trace: the model, the shapes, the precision and the techniques."""
-    mode = compute_mode(spec.strategy, spec.dtype)
-    shape = (spec.workload, spec.seq_len, spec.per_device_batch, spec.dtype, spec.grad_ckpt, spec.lora_rank)
-    techniques = (spec.fused_loss, spec.fp8, spec.attention)
-    return (preset.name, json.dumps(preset.config, sort_keys=True), shape, techniques, mode)
-
-
 def trace_step(spec: RunSpec, preset: ModelPreset) -> StepTrace:
     """The peak of one forward and backward of `spec`'s model at its batch and sequence length."""
     mode = compute_mode(spec.strategy, spec.dtype)
-    key = trace_key(spec, preset)
+    shape = (spec.workload, spec.seq_len, spec.per_device_batch, spec.dtype, spec.grad_ckpt, spec.lora_rank)
+    techniques = (spec.fused_loss, spec.fp8, spec.attention)
+    key = (preset.name, json.dumps(preset.config, sort_keys=True), shape, techniques, mode)
     if key not in _TRACED:
         if len(_TRACED) > 16:
             _TRACED.clear()
-        kept = trace_cache.load(key) or trace_cache.wait(key)  # made by an earlier process, or ahead
+        kept = trace_cache.load(key)
         if kept is None:
             kept = _trace(spec, preset, mode)
             trace_cache.store(key, kept)

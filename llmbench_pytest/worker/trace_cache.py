@@ -7,10 +7,6 @@ before the first model is built. Its result is a dozen numbers. They are stored 
 LLMBENCH_CACHE_DIR (default: $XDG_CACHE_HOME/llmbench, else ~/.cache/llmbench), in `step-traces/`,
 named by a hash of all of the above, so that any change to any of them traces again.
 LLMBENCH_CACHE_DIR=off keeps nothing. A file that cannot be read or written is a miss, never an error.
-
-A session on a GPU makes its traces ahead, beside its first configuration (session/trace_ahead.py):
-while that process traces a key, `<name>.pending` holds its process id, and a rank that misses the
-key waits for it (`wait`) instead of tracing the same step a second time.
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -86,53 +81,3 @@ def store(key: tuple[Any, ...], trace: StepTrace) -> None:
         write_text_atomic(path, json.dumps(dataclasses.asdict(trace)), durable=False)
     except OSError:
         pass  # a read-only home: the next process traces again
-
-
-def _pending(path: Path) -> Path:
-    return path.with_suffix(".pending")
-
-
-def mark_pending(key: tuple[Any, ...]) -> Path | None:
-    """Say that this process is tracing KEY; the returned marker is removed when it is done."""
-    path = _path(key)
-    if path is None:
-        return None
-    marker = _pending(path)
-    try:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(str(os.getpid()))
-    except OSError:
-        return None
-    return marker
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def wait(key: tuple[Any, ...], limit_s: float = 60.0, poll_s: float = 0.1) -> StepTrace | None:
-    """The trace of KEY once the process tracing it ahead has stored it; None at once when no live
-    process is tracing it, or after LIMIT_S (the caller then traces it itself)."""
-    path = _path(key)
-    if path is None:
-        return None
-    marker = _pending(path)
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        kept = load(key)
-        if kept is not None:
-            return kept
-        try:
-            pid = int(marker.read_text())
-        except (OSError, ValueError):
-            return load(key)  # no marker (never made, or removed just now)
-        if not _alive(pid):
-            return None
-        time.sleep(poll_s)
-    return None
