@@ -111,9 +111,41 @@ def hang(
     )
 
 
+# what a rank's collective raises when another rank of its group went away (gloo, NCCL)
+_LOST_PEER = re.compile(
+    r"Connection closed by peer|remote worker crash|Connection reset by peer|NCCL communicator was aborted"
+    r"|ProcessGroupNCCL.*(?:abort|watchdog)",
+    re.I,
+)
+
+
+def _lost_a_peer(log: Path) -> bool:
+    return bool(_LOST_PEER.search(tail(log)))
+
+
+def blame_order(dead: list[tuple[int, int]], rank_logs: list[Path]) -> list[tuple[int, int]]:
+    """The dead ranks, the likely cause first. torchrun names as the root cause the first failure
+    it has a record of, and a rank killed by a signal leaves none: when SIGKILL (the OOM killer, a
+    scheduler) takes one rank, its peers' collectives fail a moment later with "connection closed
+    by peer" and exit 1, and one of those is the failure on record. So: a rank a signal other than
+    SIGTERM ended comes first, then one that failed on its own, then one that failed because a
+    peer went away, and last one torchrun itself stopped with SIGTERM."""
+
+    def rank_of(rank_code: tuple[int, int]) -> int:
+        rank, code = rank_code
+        if code == -signal.SIGTERM:
+            return 3
+        if code < 0:
+            return 0
+        return 2 if rank < len(rank_logs) and _lost_a_peer(rank_logs[rank]) else 1
+
+    return sorted(dead, key=rank_of)
+
+
 def crash(rank_logs: list[Path], agent_log: Path, agent_text: str, returncode: int | None) -> Measurement:
-    """A group that exited before rank 0 reported: the first rank torchrun saw fail, with its log."""
-    dead = dead_ranks(agent_text)
+    """A group that exited before rank 0 reported: the rank that most likely failed first (see
+    `blame_order`), with its log."""
+    dead = blame_order(dead_ranks(agent_text), rank_logs)
     if not dead:
         return Measurement(
             status="error",
