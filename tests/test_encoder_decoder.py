@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -310,7 +311,9 @@ def test_the_layers_compute_what_torchs_transformer_layers_compute():
 def test_epochs_follow_until_the_precision_is_known_or_the_step_cap(encdec_bench, precision, epochs, stopped):
     # 4 steps an epoch: the default 2 always run, then whole epochs up to 16 steps while the
     # mean step time is known less well than the target (epochs given on the command line, as
-    # SMALL does, are exactly that many)
+    # SMALL does, are exactly that many). At +-99% two epochs nearly always do; on a loaded
+    # machine a slow first epoch can leave the mean unknown to +-99%, and then a third follows:
+    # each epoch after the second must come after a line saying the target was not yet reached.
     result = encdec_bench.runpytest_subprocess(
         "benchmarks/test_encoder_decoder.py",
         "--llmbench-dataset-samples=32",
@@ -323,6 +326,14 @@ def test_epochs_follow_until_the_precision_is_known_or_the_step_cap(encdec_bench
     )
     result.assert_outcomes(passed=1)
     (run,) = runs(encdec_bench.path).values()
+    logs = "".join(p.read_text(errors="replace") for p in (encdec_bench.path / "results").rglob("*.log"))
+    not_yet = len(re.findall(r"epoch \d of at most 4: the mean is known to \+-[\d.]+%, not yet", logs))
+    if stopped == "precision":
+        epochs += not_yet
+        if epochs == 4 and not_yet == 2 and run["timing"]["measurement"]["stopped"] == "cap":
+            stopped = "cap"  # still not known to +-99% after 16 steps: the cap ended it
+    else:
+        assert not_yet == 2, logs[-3000:]
     assert len(run["epochs"]) == epochs and run["steps"] == 4 * epochs
     measured = run["timing"]["measurement"]
     assert measured["stopped"] == stopped and measured["steps"] == 4 * epochs
