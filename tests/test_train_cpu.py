@@ -52,6 +52,10 @@ def test_default_matrix_every_strategy_at_world_sizes_1_and_2(default_matrix):
         assert run["tokens_per_sec"] == pytest.approx(ws * 2 * 128 / run["mean_step_time_sec"])
         assert run["last_loss"] < run["first_loss"], name  # synthetic data is learnable
         assert len(run["step_times_sec"]) == run["steps"] and len(run["per_rank"]) == ws
+        # the warm-up's steps one by one (the CPU default: two), inside the warm-up's own time
+        warmup = run["timing"]["warmup_step_sec"]
+        assert len(warmup) == 2 and min(warmup) > 0, warmup
+        assert sum(warmup) <= run["timing"]["setup_phases"]["warmup_sec"], name
         # each rank's collections inside the window, by generation, for a noisy step time's reader
         assert all(len(r["gc_pauses"]["collections"]) == 3 for r in run["per_rank"]), name
         checks = {c["name"]: c for c in run["checks"]}

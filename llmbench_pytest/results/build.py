@@ -354,6 +354,8 @@ def _timing(m: Measurement, meta: dict[str, Any]) -> dict[str, Any]:
         "sum_of_steps_sec": sum(m.step_times) if m.step_times else None,
         "setup_sec": m.setup_s,
         "setup_phases": m.timing.get("phases"),
+        # rank 0's warm-up steps by the host clock (each ends on its loss): how soon a run settles
+        "warmup_step_sec": m.timing.get("warmup_steps"),
         "ops": ops or None,
         "ops_build_sec": sum(o["sec"] for o in ops.values() if o.get("compiled")) if ops else None,
         "measurement": _measurement(m),

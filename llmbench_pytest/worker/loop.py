@@ -67,6 +67,9 @@ class LoopSamples:
     """Epoch-based workloads: where the samples came from (memory, or which shards on disk)."""
     warmup_s: float = 0.0
     """Host time of the warm-up steps (not measured: for the time-to-answer accounting)."""
+    warmup_step_s: list[float] = field(default_factory=list)
+    """Each warm-up step's host time, ending when its loss reached the host: where the warm-up
+    default comes from (how many steps a configuration takes to settle)."""
     after_s: float = 0.0
     """Host time of the untimed steps after the window (census, profiled steps)."""
     stopped: str = "fixed"
@@ -215,11 +218,15 @@ def timed_loop(
     feed = Feed(batches, ctx.device)
 
     warmup_losses = []
+    warmup_step_s = []
     started = time.perf_counter()
     for i in range(spec.warmup):
+        began = time.perf_counter()
         loss = _backward(strategy, feed, accum)
         strategy.optimizer_step()
-        warmup_losses.append(float(loss))  # warm-up may wait for the device: it is not timed
+        # waits for the device (the loss reaches the host): a step's whole time, by the host clock
+        warmup_losses.append(float(loss))
+        warmup_step_s.append(time.perf_counter() - began)
         note(log, logging.INFO, {"phase": "warmup", "step": i + 1, "steps": spec.warmup},
              "warmup %d/%d loss %.4f", i + 1, spec.warmup, warmup_losses[-1])  # fmt: skip
 
@@ -259,6 +266,7 @@ def timed_loop(
         stopped=stopped,
         plan=rule.plan(),
         warmup_s=warmup_s,
+        warmup_step_s=warmup_step_s,
         after_s=after_s,
     )
     log.info(
