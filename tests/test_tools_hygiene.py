@@ -221,6 +221,7 @@ TOOLS = [
         ["tools/measure_overhead.py", "--steps=2", "--warmup=1", "--repeats=1"],
         ["tools/peak_table.py", "docs/results/2026-11-24-h100-verdicts/runs/encdec-after-fix"],
         ["tools/window_budget.py", "docs/results/2026-11-24-h100-verdicts/runs/host-b", "--budgets=20"],
+        ["tools/warmup_steps.py", "docs/results/2026-11-26-h100-whole-suite/runs/call-A"],
     ],
     [["tools/time_xdist.py", "-n", "1", "--", *SMALL]],
     [

@@ -31,8 +31,14 @@ if TYPE_CHECKING:
     from ..config.options import SessionOptions
 
 CPU_WARMUP, CPU_MIN_STEPS, CPU_MAX_STEPS = 2, 6, 12
-GPU_WARMUP, GPU_MIN_STEPS, GPU_MAX_STEPS = 5, 10, 100
-"""Adaptive measurement (analysis/stats.mean_interval): at least MIN steps, then until the mean
+GPU_WARMUP, GPU_MIN_STEPS, GPU_MAX_STEPS = 3, 10, 100
+"""Warm-up: 19 step-measured runs of the default suite on 1x H100 (pretrain, LoRA, the diagnostic
+matrix; docs/results/2026-11-26-h100-whole-suite, `tools/warmup_steps.py`) took 1.0-5.3x their
+settled step on the first warm-up step, ZeRO-3's second 1.5-2.8x, and from the third on every step
+lay within 2% of its run's median: two steps settle them all, the third is a step of margin for
+what those runs did not cover (other models, more ranks).
+
+Adaptive measurement (analysis/stats.mean_interval): at least MIN steps, then until the mean
 step time is known to --llmbench-precision, at most MAX. A GPU step of a 1B model is steady to a
 fraction of a percent, so 10 to 20 steps usually reach +-1%; CPU steps on a shared machine swing by
 tens of percent, so the CPU cap keeps the matrix short and the result says the precision reached."""
