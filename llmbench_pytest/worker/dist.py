@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -125,18 +126,30 @@ def gather_steps(ctx: DistContext, completed: int, durations: list[float], cap: 
     return stacked[:, 1 : count + 1].max(dim=0).values.tolist()
 
 
+WATCHDOG_SCAN_S = 0.25
+"""Longer than two scans of ProcessGroupNCCL's watchdog thread (every 100 ms): by then it has moved
+every completed collective's kept tensors to the group's shelf, which the next collective empties."""
+
+
 def flush_device_collectives(ctx: DistContext) -> None:
     """Make NCCL hand back the tensors of the run's last collectives. ProcessGroupNCCL keeps the
-    inputs of a collective it has launched (instead of recording them on its stream) until a later
-    collective on the group: DDP's last gradient all-reduce kept all its buckets, 4 bytes per
-    parameter, allocated after the model was gone, until the next configuration's first
-    collective (tools/gpu/ddp_leftover_probe.py, 1x H100: 495 MiB left after gc and after 2 s,
-    64 MiB after a barrier, the rest cuBLAS's workspace). One tiny all-reduce on the default group,
-    which every rank makes at the same point after its teardown; nothing to do on a CPU."""
+    inputs of a collective nobody waited on (DDP's gradient all-reduces, 4 bytes per parameter)
+    until its watchdog thread has seen the collective complete and moved them to a shelf, and the
+    shelf is emptied by the group's next collective (tools/gpu/ddp_leftover_probe.py, 1x H100:
+    495 MiB left after gc and after 2 s, 64 MiB after a barrier, the rest cuBLAS's workspace).
+    One tiny all-reduce right after the teardown empties only what the watchdog had already
+    shelved: on 1x H100 (2026-11-26) a fresh ddp rank still held 268 and 642 MiB of the last
+    buckets after it, so the group ended and the next configuration paid a fresh start. So: the
+    device finishes, the watchdog gets time to scan, and a second all-reduce empties its shelf.
+    Every rank does the same at the same point after its teardown; nothing to do on a CPU."""
     if ctx.device.type != "cuda" or not dist.is_initialized():
         return
     t = torch.zeros(1, device=ctx.device)
-    dist.all_reduce(t)
+    for round_ in range(2):
+        torch.cuda.synchronize(ctx.device)
+        if round_:
+            time.sleep(WATCHDOG_SCAN_S)
+        dist.all_reduce(t)
     torch.cuda.synchronize(ctx.device)
     del t
     torch.cuda.empty_cache()
