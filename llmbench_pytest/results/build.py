@@ -246,11 +246,14 @@ def _worst_leftover(per_rank: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not left:
         return None
     worst = max(left, key=lambda x: x["bytes"])
+    settings = {c["setting"]: c for x in left for c in x.get("settings") or []}
     return {
         "gb": _gb(worst["bytes"]),
         "limit_gb": _gb(worst.get("limit_bytes")),
         "within_limit": worst["bytes"] <= worst.get("limit_bytes", float("inf")),
         "tensors": worst["tensors"],
+        # torch's process-wide switches a rank left changed (worker/process_settings): the group ended
+        "settings": list(settings.values()),
     }
 
 

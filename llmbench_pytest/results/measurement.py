@@ -47,9 +47,11 @@ class Measurement:
     @property
     def keeps_warm(self) -> bool:
         """Whether the ranks may serve the next configuration: the run ended ok and every rank
-        handed back what it held (worker/memory.leftover within its limit)."""
+        handed back what it held (worker/memory.leftover within its limit) and left torch's
+        process-wide settings as a fresh rank has them (worker/process_settings)."""
         left = [r.get("leftover") or {} for r in self.per_rank]
-        return self.ok and all(x.get("bytes", 0) <= x.get("limit_bytes", float("inf")) for x in left)
+        handed_back = all(x.get("bytes", 0) <= x.get("limit_bytes", float("inf")) for x in left)
+        return self.ok and handed_back and not any(x.get("settings") for x in left)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

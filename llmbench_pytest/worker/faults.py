@@ -18,6 +18,9 @@ session can then carry a fault in one configuration and another fault, or none, 
 - retain=MB: the run's teardown keeps a reference to MB megabytes of tensor on the run's device
   (in this module's globals) past the run: memory a warm rank fails to hand back, as a cache or a
   forgotten reference would keep it;
+- setting: the first measured step sets float32 matmuls to "medium" precision and leaves it so:
+  a process-wide switch a run (or a library it loads) flips for good, as TF32 or an attention
+  backend would be flipped;
 - stage=N: DeepSpeed runs that strategy at ZeRO stage N (zero2:stage=1 is a ZeRO-2 that does not
   partition its gradients): a strategy whose state is not sharded as its name says.
 
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
     from ..config.spec import RunSpec
 
 ENV = "LLMBENCH_INJECT_FAULT"
-KINDS = ("oom", "error", "hang", "exit", "kill", "slow", "jitter", "stage", "teardown", "retain")
+KINDS = ("oom", "error", "hang", "exit", "kill", "slow", "jitter", "stage", "teardown", "retain", "setting")
 _runs: dict[str, int] = {}
 """Runs of each strategy this process has started measuring (for slow=S@RUN)."""
 _slow_hook: list[torch.utils.hooks.RemovableHandle] = []
@@ -105,6 +108,8 @@ def maybe_inject(spec: RunSpec, rank: int) -> None:
         os._exit(13)
     if kind in ("slow", "jitter"):
         _slow_down(spec, rank, kind, arg)
+    if kind == "setting":
+        torch.set_float32_matmul_precision("medium")
 
 
 def _slow_down(spec: RunSpec, rank: int, kind: str, arg: str) -> None:

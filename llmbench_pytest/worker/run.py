@@ -26,7 +26,7 @@ import torch
 
 from ..config.presets import resolve_model
 from ..results.measurement import Measurement
-from . import env_info
+from . import env_info, process_settings
 from .data import rank_batches
 from .dist import (
     DistContext,
@@ -103,6 +103,7 @@ def run_benchmark(
             # what fails to import here fails the build below, as the run's status
             preload(spec, resolve_model(spec.model, spec.model_config))
     fresh = fresh_level(ctx.device)  # before this process's first run: what every run returns to
+    process_settings.fresh()  # and torch's process-wide switches as they were then
     try:
         samples = _train(spec, ctx, log, trace_dir, phases, ops, held)
     except Exception as exc:
@@ -257,6 +258,15 @@ def _check_leftover(
     tensors are named in the log and result.json, and the warm group ends after this run."""
     left = leftover(ctx.device, fresh)
     left["limit_bytes"] = LEFTOVER_LIMIT_BYTES
+    left["settings"] = process_settings.changed(process_settings.fresh())
+    if left["settings"]:
+        flipped = "; ".join(
+            f"{c['setting']}: {c['fresh']} before the first run, {c['left']} now" for c in left["settings"]
+        )
+        log.warning(
+            "%s left torch's process-wide settings changed (%s): a fresh rank would run the next "
+            "configuration without them, so this group ends after this run", spec.name, flipped,
+        )  # fmt: skip
     if left["bytes"] > LEFTOVER_LIMIT_BYTES:
         what = "of device memory" if ctx.device.type == "cuda" else "in tensors"
         named = "; ".join(left["tensors"]) or "none that Python holds"
