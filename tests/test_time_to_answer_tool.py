@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 
 import pytest
@@ -19,13 +20,14 @@ def _tool():
     return module
 
 
-def _result(folder, name, window, total):
+def _result(folder, name, window, total, ranks="warm", left=None, when=0):
     run = folder / f"bench-h-{name}-ws1-seq128_results"
     run.mkdir(parents=True)
     data = {
         "strategy": name,
         "world_size": 1,
         "status": "ok",
+        "leftover_after_run": left,
         "steps": 12,
         "metadata": {"test": f"t[{name}]"},
         "timing": {
@@ -40,10 +42,11 @@ def _result(folder, name, window, total):
             },
             "ops": {"cpu_adam": {"sec": 0.01, "compiled": True}},
             "measurement": {"stopped": "cap", "precision": 0.05},
-            "launch": {"ranks": "warm", "to_first_progress_sec": 0.25, "total_sec": total},
+            "launch": {"ranks": ranks, "to_first_progress_sec": 0.25, "total_sec": total},
         },
     }
     (run / "result.json").write_text(json.dumps(data))
+    os.utime(run / "result.json", (1e9 + when, 1e9 + when))  # the tool orders runs by these times
 
 
 def test_it_times_the_command_and_accounts_for_each_configuration(tmp_path, monkeypatch, capsys):
@@ -75,3 +78,28 @@ def test_a_session_stopped_by_timeout_misses_the_wall_goal(tmp_path, monkeypatch
     )
     assert code == 124
     assert "goal wall <= 600 s: MISSED (stopped after" in capsys.readouterr().out
+
+
+def test_a_fresh_start_names_the_run_that_ended_its_group(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "res"
+    held = {"gb": 0.268, "within_limit": False, "tensors": [], "settings": []}
+    dtype = {"setting": "default dtype", "fresh": "torch.float32", "left": "torch.bfloat16"}
+    flipped = {"gb": 0.0, "within_limit": True, "tensors": [], "settings": [dtype]}
+    _result(results, "ddp", 1.0, 5.0, ranks="fresh", left=held, when=1)
+    _result(results, "fsdp", 1.0, 5.0, ranks="fresh", left={**held, "gb": 0.0, "within_limit": True}, when=2)
+    _result(results, "zero2", 1.0, 5.0, left=flipped, when=3)
+    _result(results, "zero0", 1.0, 5.0, ranks="fresh", when=4)
+    code = _tool().main(
+        ["--json", "out.json", "--", sys.executable, "-c", "pass", f"--llmbench-results-dir={results}"]
+    )
+    figures = json.loads((tmp_path / "out.json").read_text())
+    assert code == 0 and figures["fresh_starts"] == 3
+    assert figures["restarts"] == [
+        "fsdp-ws1 after ddp-ws1 left 268 MB allocated",
+        "zero0-ws1 after zero2-ws1 left default dtype changed",
+    ]
+    assert (
+        "fresh ranks 3 times; caused by the run before: fsdp-ws1 after ddp-ws1 left 268 MB"
+        in capsys.readouterr().out
+    )

@@ -20,6 +20,7 @@ are still written.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -97,6 +98,7 @@ def _row(data: dict[str, Any]) -> dict[str, Any]:
     known = sum(v for v in parts.values() if v)
     ops = timing.get("ops") or {}
     return {
+        **_ended_group(data),
         "test": (data.get("metadata") or {}).get("test"),
         "name": f"{data.get('strategy')}-ws{data.get('world_size')}",
         "status": data.get("status"),
@@ -112,6 +114,28 @@ def _row(data: dict[str, Any]) -> dict[str, Any]:
         "stopped": measurement.get("stopped"),
         "precision": measurement.get("precision"),
     }
+
+
+def _ended_group(data: dict[str, Any]) -> dict[str, str | None]:
+    """Why this configuration's ranks did not go on to the next one (worker/main.py): its status,
+    or what it left behind (memory beyond the limit, torch's process-wide settings changed).
+    The next configuration of that world size then paid a fresh start."""
+    left = data.get("leftover_after_run") or {}
+    why = None
+    if data.get("status") not in (None, "ok"):
+        why = f"ended {data.get('status')}"
+    elif left and not left.get("within_limit", True):
+        why = f"left {left.get('gb', 0) * 1000:.0f} MB allocated"
+    elif left.get("settings"):
+        why = "left " + ", ".join(c["setting"] for c in left["settings"]) + " changed"
+    return {"ended_group": why}
+
+
+def restarts(rows: list[dict[str, Any]]) -> list[str]:
+    """Each fresh start a configuration before it caused, as 'NEXT after PREVIOUS REASON'."""
+    pairs = itertools.pairwise(rows)
+    return [f"{row['name']} after {prev['name']} {prev['ended_group']}" for prev, row in pairs
+            if row["ranks"] == "fresh" and prev["ended_group"]]  # fmt: skip
 
 
 def session_folder(results_dir: Path) -> Path:
@@ -221,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": _machine(),
         "results_dir": str(results_dir),
         "rows": rows,
+        "fresh_starts": sum(1 for r in rows if r["ranks"] == "fresh"),
+        "restarts": restarts(rows),
     }
     print(table(rows))
     print(
@@ -228,6 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         f"({figures['measuring_share']:.0%} of the wall time); pytest exit code {code}; "
         f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after"
     )
+    if figures["restarts"]:
+        print(
+            f"fresh ranks {figures['fresh_starts']} times; caused by the run before: "
+            + "; ".join(figures["restarts"])
+        )
     if builds:
         print(
             f"DeepSpeed ops compiled during the session (once per machine): {builds:.1f} s; "

@@ -138,7 +138,7 @@ def flush_device_collectives(ctx: DistContext) -> None:
     shelf is emptied by the group's next collective (tools/gpu/ddp_leftover_probe.py, 1x H100:
     495 MiB left after gc and after 2 s, 64 MiB after a barrier, the rest cuBLAS's workspace).
     One tiny all-reduce right after the teardown empties only what the watchdog had already
-    shelved: on 1x H100 (2026-11-26) a fresh ddp rank still held 268 and 642 MiB of the last
+    shelved: on 1x H100 (2026-11-26) a fresh ddp rank still held 250 and 598 MiB of the last
     buckets after it, so the group ended and the next configuration paid a fresh start. So: the
     device finishes, the watchdog gets time to scan, and a second all-reduce empties its shelf.
     Every rank does the same at the same point after its teardown; nothing to do on a CPU."""
