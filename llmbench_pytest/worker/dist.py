@@ -145,11 +145,11 @@ def flush_device_collectives(ctx: DistContext) -> None:
     if ctx.device.type != "cuda" or not dist.is_initialized():
         return
     t = torch.zeros(1, device=ctx.device)
-    for round_ in range(2):
-        torch.cuda.synchronize(ctx.device)
-        if round_:
-            time.sleep(WATCHDOG_SCAN_S)
-        dist.all_reduce(t)
+    torch.cuda.synchronize(ctx.device)
+    dist.all_reduce(t)  # empties what the watchdog has shelved already
+    torch.cuda.synchronize(ctx.device)
+    time.sleep(WATCHDOG_SCAN_S)  # it shelves the rest
+    dist.all_reduce(t)
     torch.cuda.synchronize(ctx.device)
     del t
     torch.cuda.empty_cache()

@@ -14,6 +14,7 @@ has it flipped too.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,9 @@ def _saved_tensor_hooks() -> Any:
         return top()
 
 
-def _settings() -> list[Setting]:
+@functools.cache
+def _settings() -> tuple[Setting, ...]:
+    """The settings this torch can read, found once per process (each is probed by reading it)."""
     found = [
         Setting("default dtype", torch.get_default_dtype),
         Setting("grad mode", torch.is_grad_enabled),
@@ -91,7 +94,7 @@ def _settings() -> list[Setting]:
         except (AttributeError, RuntimeError, TypeError):
             continue  # not in this torch: nothing to compare
         usable.append(setting)
-    return usable
+    return tuple(usable)
 
 
 def snapshot() -> dict[str, Any]:
