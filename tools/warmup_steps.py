@@ -7,7 +7,8 @@ what a shorter warm-up would have let into the window.
 
 Reads every rank-0 result.json under DIR whose `timing.warmup_step_sec` lists the warm-up's steps
 (recorded since 2026-11-26; host clock, each step ending when its loss reached the host). For a
-warm-up of k steps, the first measured step would have been the run's warm-up step k+1: the table
+warm-up of k steps, the first measured step would have been the run's warm-up step k+1 (for k as
+long as the run's own warm-up: its first measured step, by CUDA events on a GPU): the table
 gives, per k, the worst such step against the run's median, how many runs would have measured a
 step more than the tolerance off their median, and the seconds of warm-up the whole set of runs
 would have spent. The smallest k with no run beyond the tolerance is the one to choose.
@@ -32,17 +33,20 @@ def warmup_runs(root: Path) -> list[dict]:
         if data.get("device") != "cuda" or data.get("status") != "ok" or not warmup or not times:
             continue
         median = statistics.median(times)
+        # the warm-up's steps, then the first measured one: what a warm-up as long as this run's
+        # let into its window
+        ratios = [t / median for t in [*warmup, times[0]]]
         runs.append({"path": str(path.relative_to(root)), "strategy": data["strategy"],
-                     "workload": data.get("workload"), "ratios": [t / median for t in warmup],
+                     "workload": data.get("workload"), "ratios": ratios,
                      "warmup_sec": warmup, "median_sec": median})  # fmt: skip
     return runs
 
 
 def table(runs: list[dict], tolerance: float) -> list[dict]:
-    """One row per warm-up length k the runs can judge (k below the steps they recorded)."""
-    longest = min(len(r["ratios"]) for r in runs)
+    """One row per warm-up length k every run can judge (k up to the shortest warm-up recorded)."""
+    judged = min(len(r["ratios"]) for r in runs)  # the shortest warm-up recorded bounds every row
     rows = []
-    for k in range(longest):
+    for k in range(judged):
         # the step a warm-up of k steps would have measured first: the run's warm-up step k+1
         first = [(r["ratios"][k], r) for r in runs]
         worst, worst_run = max(first, key=lambda pair: abs(pair[0] - 1))

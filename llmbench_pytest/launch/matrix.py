@@ -36,7 +36,9 @@ GPU_WARMUP, GPU_MIN_STEPS, GPU_MAX_STEPS = 3, 10, 100
 matrix; docs/results/2026-11-26-h100-whole-suite, `tools/warmup_steps.py`) took 1.0-5.3x their
 settled step on the first warm-up step, ZeRO-3's second 1.5-2.8x, and from the third on every step
 lay within 2% of its run's median: two steps settle them all, the third is a step of margin for
-what those runs did not cover (other models, more ranks).
+what those runs did not cover (other models, more ranks). In 46 later runs with three warm-up steps
+the first measured step lay beyond +-10% of its median in 2 (a lone slow zero1 step, ZeRO-3's
+own step-to-step noise of about 10%).
 
 Adaptive measurement (analysis/stats.mean_interval): at least MIN steps, then until the mean
 step time is known to --llmbench-precision, at most MAX. A GPU step of a 1B model is steady to a
