@@ -96,3 +96,35 @@ def test_a_process_wide_setting_left_changed_is_named_and_ends_the_warm_group(ha
     for config in ("zero3-ws1", "ddp-ws1", "fsdp-ws1", "zero1-ws1", "zero0-ws1"):
         left = runs[config]["leftover_after_run"]
         assert left["settings"] == [], (config, left)
+    # ZeRO-3 ran with DeepSpeed's own linear, as DeepSpeed means it to, and handed torch's back:
+    # DeepSpeed leaves it replaced for the whole process, which the check above would name
+    replaced = runs["zero3-ws1"]["strategy_config"]["replaced_for_this_run"]
+    assert replaced["torch.nn.functional.linear"] == "deepspeed.runtime.zero.linear.zero3_linear_wrap"
+    assert runs["ddp-ws1"]["timing"]["launch"]["ranks"] == "warm"
+
+
+def test_a_replaced_torch_function_is_named_with_what_replaced_it():
+    """The comparison behind the check above, in this process: a library that swaps one of torch's
+    functions for the whole process (as DeepSpeed's ZeRO-3 does with functional.linear) is named,
+    and putting it back clears it."""
+    from torch.nn import functional
+
+    from llmbench_pytest.worker import process_settings
+
+    fresh = process_settings.snapshot()
+    original = functional.gelu
+
+    def gelu_of_some_library(*args, **kwargs):
+        return original(*args, **kwargs)
+
+    functional.gelu = gelu_of_some_library
+    try:
+        (left,) = process_settings.changed(fresh)
+    finally:
+        functional.gelu = original
+    assert left == {
+        "setting": "torch.nn.functional.gelu",
+        "fresh": "torch._C._nn.gelu",
+        "left": f"{__name__}.test_a_replaced_torch_function_is_named_with_what_replaced_it.<locals>.gelu_of_some_library",
+    }
+    assert process_settings.changed(fresh) == []

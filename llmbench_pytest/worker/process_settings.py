@@ -4,8 +4,13 @@ A warm rank serves configuration after configuration in one process. A run (or a
 loads) that flips a process-wide switch and leaves it flipped (the default dtype or device, an
 attention backend, autocast's dtype or weight cache, saved-tensor hooks that move activations)
 would change what every later configuration of the group measures, its memory included, where a
-fresh rank would not. Each switch read here is compared after every run with its value before the
-process's first run; a changed one is named in the log and in result.json
+fresh rank would not. So would a library that replaces one of torch's functions for the whole
+process: DeepSpeed's ZeRO-3 swaps torch.nn.functional.linear for its own and leaves it swapped
+("This will persist unless manually reset"); on 1x H100 a DDP run after it kept 2.78 GB less
+activation memory and ran 2.5% slower than on a fresh rank, and a LoRA run 10 GB more (traced).
+Each switch read here, and each function of the namespaces such libraries patch, is compared after
+every run with its value before the process's first run; a changed one is named in the log and in
+result.json
 (`leftover_after_run.settings`) and ends the warm group, as memory a run fails to hand back does
 (worker/memory.leftover): the next configuration starts in a fresh process. Setting a switch back
 instead would be wrong where a library flips it when imported: a fresh process that imports it
@@ -97,24 +102,52 @@ def _settings() -> tuple[Setting, ...]:
     return tuple(usable)
 
 
+_REPLACEABLE = (
+    ("torch.nn.functional", torch.nn.functional),
+    ("torch.nn.Module", torch.nn.Module),
+    ("torch.Tensor", torch.Tensor),
+)
+"""Namespaces whose functions libraries replace process-wide (DeepSpeed: functional.linear under
+ZeRO-3; Module.__init__ and apply inside zero.Init). torch's top level is left out: torch._dynamo
+wraps torch.manual_seed when it is first imported, which a fresh process importing it does too."""
+
+
+def _functions() -> dict[str, Any]:
+    """The functions of _REPLACEABLE by qualified name (the objects: compared by identity)."""
+    return {
+        f"{label}.{name}": value
+        for label, owner in _REPLACEABLE
+        for name, value in list(vars(owner).items())
+        if callable(value) and not isinstance(value, type)
+    }
+
+
 def snapshot() -> dict[str, Any]:
-    """Every readable setting's value now."""
+    """Every readable setting's value now, and every replaceable function."""
     values = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for setting in _settings():
             values[setting.name] = setting.read()
+    values.update(_functions())
     return values
 
 
+def _describe(value: Any) -> str:
+    """A function as where it is defined (what replaced it says who did), anything else as text."""
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', None) or '?'}.{value.__qualname__}"
+    return str(value)
+
+
 def changed(fresh: dict[str, Any]) -> list[dict[str, str]]:
-    """Every setting whose value differs from `fresh` (a snapshot before the first run): its name,
-    the fresh value and the value the run left."""
+    """Every setting or function that differs from `fresh` (a snapshot before the first run): its
+    name, the fresh value and the value the run left."""
     now = snapshot()
     return [
-        {"setting": name, "fresh": str(was), "left": str(now[name])}
+        {"setting": name, "fresh": _describe(was), "left": _describe(now[name])}
         for name, was in fresh.items()
-        if name in now and now[name] != was
+        if name in now and now[name] is not was and now[name] != was
     ]
 
 

@@ -116,6 +116,12 @@ class DeepSpeedStrategy:
 
         ds_logger.setLevel(logging.WARNING)
         self.built, self.spec = built, spec
+        # ZeRO-3 replaces torch.nn.functional.linear with DeepSpeed's own for the whole process and
+        # never puts it back: this run uses it as DeepSpeed means it to; close() restores torch's,
+        # or every later configuration on a warm rank would run DeepSpeed's linear too
+        from torch.nn import functional
+
+        self.linear_before = functional.linear
         self.compiled = compile_blocks(built) if spec.compile else 0
         self.config = build_config(spec, built.hidden_size, ctx.device)
         client = None
@@ -153,6 +159,14 @@ class DeepSpeedStrategy:
             "deepspeed_config": self.config,
             "compiled_blocks": self.compiled,
         }
+        from torch.nn import functional
+
+        linear = functional.linear
+        if linear is not self.linear_before:
+            out["replaced_for_this_run"] = {
+                "torch.nn.functional.linear": f"{linear.__module__}.{linear.__qualname__}",
+                "restored_after": True,
+            }
         if os.environ.get("TORCH_CUDA_ARCH_LIST") != self.arch_list_before:
             out["torch_cuda_arch_list"] = {
                 "given": self.arch_list_before,
@@ -164,6 +178,11 @@ class DeepSpeedStrategy:
 
     def close(self) -> None:
         close_techniques(getattr(self, "built", None))
+        before = getattr(self, "linear_before", None)
+        if before is not None:
+            from torch.nn import functional
+
+            functional.linear = before
         engine = getattr(self, "engine", None)
         if engine is not None:
             module, optimizer = engine.module, getattr(engine, "optimizer", None)
