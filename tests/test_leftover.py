@@ -125,6 +125,6 @@ def test_a_replaced_torch_function_is_named_with_what_replaced_it():
     assert left == {
         "setting": "torch.nn.functional.gelu",
         "fresh": "torch._C._nn.gelu",
-        "left": f"{__name__}.test_a_replaced_torch_function_is_named_with_what_replaced_it.<locals>.gelu_of_some_library",
+        "left": f"{__name__}.{gelu_of_some_library.__qualname__}",
     }
     assert process_settings.changed(fresh) == []
