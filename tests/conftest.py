@@ -9,6 +9,9 @@ trains it once.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
 import json
 import os
 import random
@@ -21,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from forkserver import Client
 
 from llmbench_pytest.worker.ops import extensions_root
 
@@ -100,7 +104,74 @@ def bench(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     for name in CHILD_UNSET:
         monkeypatch.delenv(name, raising=False)
     _copy_benchmarks(pytester.path)
+    if _forks() is not None:
+        pytester.runpytest_subprocess = functools.partial(_forked_runpytest, pytester)  # type: ignore[method-assign]
     return pytester
+
+
+# --- the pytest sessions tests start, forked from one process per worker (tests/forkserver.py):
+# the suite is CPU-bound on two cores and each new interpreter imported pytest, torch,
+# transformers and DeepSpeed again. LLMBENCH_TEST_FORKSERVER=0 starts each as a new process.
+
+_FORK_CLIENT: list[Client | None] = []
+
+
+def _forks() -> Client | None:
+    """This worker's fork server client, or None where sessions start as new processes: asked
+    so, or a GPU is present (a CUDA context must not cross a fork)."""
+    if not _FORK_CLIENT:
+        off = os.environ.get("LLMBENCH_TEST_FORKSERVER", "1") == "0"
+        gpu = os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
+        client = None
+        if not (off or gpu):
+            folder = Path(tempfile.mkdtemp(prefix="llmbench-forks-"))
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            client = Client(folder)
+        _FORK_CLIENT.append(client)
+    return _FORK_CLIENT[0]
+
+
+def _forked_pytest(args, cwd: Path, env: dict[str, str], out: Path, err: Path, timeout: float | None):
+    """pytest ARGS in CWD with ENV, forked where a fork is what a new process would be, else a
+    new process: (exit code, stdout lines, stderr lines, seconds)."""
+    started = time.monotonic()
+    args = [os.fspath(a) for a in args]
+    if _forks().serves(cwd, env):
+        ret = _forks().run(args, cwd, env, out, err, timeout or 3600.0)
+    else:
+        with out.open("w") as fout, err.open("w") as ferr:
+            command = [sys.executable, "-m", "pytest", *args]
+            files = {"stdout": fout, "stderr": ferr}
+            ret = subprocess.run(command, cwd=cwd, env=env, timeout=timeout, check=False, **files).returncode
+    lines = (out.read_text(errors="replace").splitlines(), err.read_text(errors="replace").splitlines())
+    return ret, *lines, time.monotonic() - started
+
+
+def _forked_runpytest(pytester: pytest.Pytester, *args, timeout: float | None = None) -> pytest.RunResult:
+    """pytester.runpytest_subprocess, forked: the same arguments (a numbered --basetemp, the -p
+    plugins), working directory, environment (the working directory first on PYTHONPATH) and
+    output files (stdout, stderr in pytester's directory)."""
+    from _pytest.pathlib import make_numbered_dir
+
+    basetemp = make_numbered_dir(root=pytester.path, prefix="runpytest-", mode=0o700)
+    args = (f"--basetemp={basetemp}", *args)
+    for plugin in pytester.plugins:
+        args = ("-p", plugin, *args)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
+    try:
+        ret, out, err, took = _forked_pytest(
+            args, Path.cwd(), env, pytester.path / "stdout", pytester.path / "stderr", timeout
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise pytester.TimeoutExpired(f"{timeout} second timeout expired running: {args}") from exc
+    for line in out:
+        print(line)
+    for line in err:
+        print(line, file=sys.stderr)
+    with contextlib.suppress(ValueError):
+        ret = pytest.ExitCode(ret)
+    return pytest.RunResult(ret, out, err, took)
 
 
 class SharedBench:
@@ -130,8 +201,19 @@ class SharedBench:
         (self.path / "last-run.log").write_text(done.stdout + done.stderr)  # for a failing test's reader
         return result
 
-    def runpytest_subprocess(self, *args: str, **kwargs) -> pytest.RunResult:
-        return self.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, **kwargs)
+    def runpytest_subprocess(
+        self, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+    ) -> pytest.RunResult:
+        args = ("-p", "no:cacheprovider", *args)
+        if _forks() is None:
+            return self.run(sys.executable, "-m", "pytest", *args, timeout=timeout, env=env)
+        with tempfile.TemporaryDirectory(prefix="llmbench-session-") as tmp:
+            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            ret, lines, errors, took = _forked_pytest(
+                args, self.path, {**self.env, **(env or {})}, out, err, timeout
+            )
+        (self.path / "last-run.log").write_text("\n".join([*lines, *errors]) + "\n")
+        return pytest.RunResult(ret, lines, errors, took)
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,9 @@
 #   tools/dev.sh bench [ARGS...]  then: pytest benchmarks/ --llmbench-report ARGS
 #   tools/dev.sh test [ARGS...]   then: ruff check, ruff format --check, pytest -n 2 ARGS
 #                                 (LLMBENCH_TEST_WORKERS=N: N pytest-xdist workers, 0 for none;
-#                                 LLMBENCH_TEST_SEED=N or ARGS --shuffle-seed=N: replay an order)
+#                                 LLMBENCH_TEST_SEED=N or ARGS --shuffle-seed=N: replay an order;
+#                                 LLMBENCH_TEST_FORKSERVER=0: the sessions tests start as new
+#                                 processes, not forks of tests/forkserver.py)
 # Environment:
 #   LLMBENCH_TORCH   pip arguments that install torch instead of the automatic choice, e.g.
 #                    "torch==2.11.0 --index-url https://download.pytorch.org/whl/cu126" (or .../rocm6.4)
