@@ -340,3 +340,36 @@ def test_epochs_follow_until_the_precision_is_known_or_the_step_cap(encdec_bench
     assert {k: measured[k] for k in ("mode", "epochs", "max_epochs", "target_precision")} == {
         "mode": "epochs", "epochs": 2, "max_epochs": 4, "target_precision": float(precision)
     }  # fmt: skip
+
+
+def test_past_the_step_cap_epochs_follow_until_the_window_budget_while_the_mean_is_unknown(encdec_bench):
+    # 2 steps an epoch, a cap of 8 steps (4 epochs: a second or two, against the 6 s budget); the
+    # target +-0.01% and the check's bound +-0.01% are never reached, so past the cap whole epochs
+    # follow until the window's 6 s budget (given here; on a GPU the default is 20 s, on the CPU
+    # none) is spent. The bound, given on the
+    # command line, is applied on the CPU too: the run measured all it could and still fails it.
+    result = encdec_bench.runpytest_subprocess(
+        "benchmarks/test_encoder_decoder.py",
+        "--llmbench-dataset-samples=16",
+        "--llmbench-warmup-epochs=1",
+        "--llmbench-launch=inprocess",
+        "--llmbench-strategies=ddp",
+        "--llmbench-data=memory",
+        "--llmbench-precision=0.0001",
+        "--llmbench-max-interval=0.0001",
+        "--llmbench-max-steps=8",
+        "--llmbench-window-budget=6",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*mean_interval*not known well enough*"])
+    (run,) = runs(encdec_bench.path).values()
+    measured = run["timing"]["measurement"]
+    assert measured["stopped"] == "budget" and len(run["epochs"]) > 4, measured
+    assert measured["budget_s"] == 6.0 and measured["max_epochs"] == 4
+    walls = [e["wall_sec"] for e in run["epochs"]]
+    assert sum(walls[:-1]) < 6.0 <= sum(walls), walls  # the budget was spent by the last epoch, not before
+    logs = "".join(p.read_text(errors="replace") for p in (encdec_bench.path / "results").rglob("*.log"))
+    assert (
+        len(re.findall(r"epoch \d+, past the step cap: .* short of the \+-0\.0% it is judged by", logs))
+        == len(walls) - 4
+    )

@@ -70,12 +70,17 @@ def _measurement_fields(opts: SessionOptions, cuda: bool) -> dict[str, Any]:
     """steps, min_steps and precision: a fixed count with --llmbench-steps, else adaptive."""
     adaptive = {"min_steps": opts.min_steps, "max_steps": opts.max_steps, "window_budget": opts.window_budget}
     given = [f"--llmbench-{k.replace('_', '-')}={v}" for k, v in adaptive.items() if v is not None]
+    budget = opts.window_budget if opts.window_budget is not None else (GPU_WINDOW_BUDGET_S if cuda else 0.0)
     if opts.workload == "seq2seq":  # measured in epochs: the dataset decides the steps (with_epoch_steps)
-        # more epochs while the precision is not reached, up to the adaptive cap; epochs given on
-        # the command line, or a fixed count (--llmbench-steps), are exactly that many
+        # more epochs while the precision is not reached, up to the adaptive cap, and past it while
+        # the mean is known worse than the check's bound and the window's budget lasts
+        # (worker/epoch_loop.py); epochs given on the command line, or a fixed count
+        # (--llmbench-steps), are exactly that many
         fixed = opts.steps or "epochs" in opts.explicit
         cap = 0 if fixed else opts.max_steps or (GPU_MAX_STEPS if cuda else CPU_MAX_STEPS)
-        return {"steps": opts.steps or 1, "min_steps": 0, "precision": opts.precision, "max_epoch_steps": cap}
+        return {"steps": opts.steps or 1, "min_steps": 0, "precision": opts.precision, "max_epoch_steps": cap,
+                "window_budget_s": 0.0 if fixed else budget,
+                "budget_precision": opts.max_interval}  # fmt: skip
     if opts.steps:
         if given:
             raise SpecError(
@@ -90,7 +95,6 @@ def _measurement_fields(opts: SessionOptions, cuda: bool) -> dict[str, Any]:
             f"adaptive measurement needs --llmbench-min-steps ({low}) <= --llmbench-max-steps ({cap}): "
             f"raise --llmbench-max-steps to {low} or more, or lower --llmbench-min-steps."
         )
-    budget = opts.window_budget if opts.window_budget is not None else (GPU_WINDOW_BUDGET_S if cuda else 0.0)
     return {"steps": cap, "min_steps": max(2, low), "precision": opts.precision, "window_budget_s": budget,
             "budget_precision": opts.max_interval}  # fmt: skip
 
