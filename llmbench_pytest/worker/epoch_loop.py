@@ -68,28 +68,10 @@ def epoch_loop(
     most = max_epochs(spec, data.plan.steps)
     stopped = "epochs"
     for e in itertools.count():
-        if e >= most == spec.epochs:
-            break  # fixed: the epochs asked for, no more
-        if e >= most and spec.window_budget_s <= 0:
-            break  # the cap, and no time budget to measure on in
-        if e >= spec.epochs:
-            elapsed = sum(epoch["wall_sec"] for epoch in epochs)
-            precision, elapsed = _over_ranks(window.clock.durations(), elapsed, device)
-            if precision is not None and precision <= spec.precision:
-                stopped = "precision"
-                break
-            if e >= most:
-                stopped = "budget" if spec.window_budget_s and elapsed >= spec.window_budget_s else "cap"
-                if not _measure_on(spec, precision, elapsed):
-                    break
-                log.info("epoch %d, past the step cap: the mean is known to +-%.1f%%, short of the +-%.1f%% "
-                         "it is judged by; measuring on until %.0f s of the window's budget are spent "
-                         "(%.1f s so far)", e + 1, 100 * (precision or 0), 100 * spec.budget_precision,
-                         spec.window_budget_s, elapsed)  # fmt: skip
-            else:
-                log.info("epoch %d of at most %d: the mean is known to +-%.1f%%, not yet +-%.1f%%",
-                         e + 1, most, 100 * (precision or 0), 100 * spec.precision)  # fmt: skip
-                stopped = "cap"
+        stop, why = _before_epoch(e, most, spec, window, epochs, device, log)
+        stopped = why or stopped
+        if stop:
+            break
         feed.source = data.epoch(spec.warmup_epochs + e)
         epoch = _measured_epoch(strategy, feed, window, step_losses, spec, e, data.plan.steps, rank, log)
         epochs.append(epoch)
@@ -143,6 +125,39 @@ def max_epochs(spec: RunSpec, steps_per_epoch: int) -> int:
     if spec.max_epoch_steps <= 0 or steps_per_epoch <= 0:
         return spec.epochs
     return max(spec.epochs, spec.max_epoch_steps // steps_per_epoch)
+
+
+def _before_epoch(
+    e: int,
+    most: int,
+    spec: RunSpec,
+    window: Window,
+    epochs: list[dict[str, Any]],
+    device: torch.device,
+    log: logging.Logger,
+) -> tuple[bool, str | None]:
+    """Before measured epoch `e` (0-based): whether the window stops here, and what ends it (None
+    leaves the reason as it was: "epochs" for the epochs asked for, "cap" once more followed)."""
+    fixed = e >= most == spec.epochs  # the epochs asked for, no more
+    capped = e >= most and spec.window_budget_s <= 0  # the cap, and no time budget to measure on in
+    if fixed or capped or e < spec.epochs:
+        return fixed or capped, None
+    elapsed = sum(epoch["wall_sec"] for epoch in epochs)
+    precision, elapsed = _over_ranks(window.clock.durations(), elapsed, device)
+    if precision is not None and precision <= spec.precision:
+        return True, "precision"
+    if e < most:
+        log.info("epoch %d of at most %d: the mean is known to +-%.1f%%, not yet +-%.1f%%",
+                 e + 1, most, 100 * (precision or 0), 100 * spec.precision)  # fmt: skip
+        return False, "cap"
+    why = "budget" if elapsed >= spec.window_budget_s else "cap"
+    if not _measure_on(spec, precision, elapsed):
+        return True, why
+    log.info("epoch %d, past the step cap: the mean is known to +-%.1f%%, short of the +-%.1f%% "
+             "it is judged by; measuring on until %.0f s of the window's budget are spent "
+             "(%.1f s so far)", e + 1, 100 * (precision or 0), 100 * spec.budget_precision,
+             spec.window_budget_s, elapsed)  # fmt: skip
+    return False, why
 
 
 def _measure_on(spec: RunSpec, precision: float | None, elapsed_s: float) -> bool:
