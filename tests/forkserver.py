@@ -39,9 +39,6 @@ from pathlib import Path
 PRELOAD = (
     "pytest",
     "_pytest.pytester",
-    "xdist",
-    "pytest_benchmark.plugin",
-    "llmbench_pytest.plugin",
     "torch",
     "transformers",
     "transformers.models.llama.modeling_llama",
@@ -51,7 +48,10 @@ PRELOAD = (
     "deepspeed",
 )
 """What a session imports on the way to its first run (in-process sessions train in the pytest
-process; launcher sessions import only the first five)."""
+process; launcher sessions import only pytest). Not the plugins pytest loads from entry points
+(xdist, pytest-benchmark, llmbench): pytest rewrites their asserts when it imports them, and warns
+about any it finds imported already; the child drops those that came in anyway (anyio, through
+transformers) so that pytest imports them as in a new process."""
 
 
 def serve(path: str) -> None:
@@ -115,6 +115,7 @@ def _child(request: dict, conn: socket.socket) -> None:
             os.dup2(out, fd)
             os.close(out)
         args = request["argv"]
+        _forget_plugins()
         import pytest
 
         # as `python -m pytest` sets them: the command line, and the working directory first on
@@ -136,6 +137,16 @@ def _child(request: dict, conn: socket.socket) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def _forget_plugins() -> None:
+    """Drop pytest's entry-point plugins (and their packages' modules) from sys.modules, so that
+    pytest imports them itself, rewriting their asserts, as a new process does."""
+    from importlib.metadata import entry_points
+
+    tops = {ep.value.split(":")[0].split(".")[0] for ep in entry_points(group="pytest11")}
+    for name in [m for m in sys.modules if m.split(".")[0] in tops]:
+        del sys.modules[name]
 
 
 def _die_with_parent() -> None:

@@ -38,6 +38,8 @@ def test_a_forked_session_has_its_own_folder_environment_command_line_and_proces
     result.stdout.fnmatch_lines(
         [f"*CWD {forked.path}", "PROBE given to this session", "ARGV -m pytest pytest", "LEADER True"]
     )
+    # pytest imported its plugins itself, as in a new process (imported before, it would warn)
+    assert "cannot be rewritten" not in result.stdout.str()
 
 
 def test_a_session_past_its_timeout_is_killed(forked, tmp_path):
