@@ -113,22 +113,18 @@ def bench(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
 # the suite is CPU-bound on two cores and each new interpreter imported pytest, torch,
 # transformers and DeepSpeed again. LLMBENCH_TEST_FORKSERVER=0 starts each as a new process.
 
-_FORK_CLIENT: list[Client | None] = []
 
-
+@functools.cache
 def _forks() -> Client | None:
     """This worker's fork server client, or None where sessions start as new processes: asked
     so, or a GPU is present (a CUDA context must not cross a fork)."""
-    if not _FORK_CLIENT:
-        off = os.environ.get("LLMBENCH_TEST_FORKSERVER", "1") == "0"
-        gpu = os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
-        client = None
-        if not (off or gpu):
-            folder = Path(tempfile.mkdtemp(prefix="llmbench-forks-"))
-            atexit.register(shutil.rmtree, folder, ignore_errors=True)
-            client = Client(folder)
-        _FORK_CLIENT.append(client)
-    return _FORK_CLIENT[0]
+    off = os.environ.get("LLMBENCH_TEST_FORKSERVER", "1") == "0"
+    gpu = os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
+    if off or gpu:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="llmbench-forks-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return Client(folder)
 
 
 def _forked_pytest(args, cwd: Path, env: dict[str, str], out: Path, err: Path, timeout: float | None):

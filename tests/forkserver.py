@@ -1,5 +1,5 @@
 """A fork server for the pytest sessions the tests start: each session a fork of one process that
-imported pytest, its plugins, torch, transformers and DeepSpeed once, instead of a new interpreter
+imported pytest, torch, transformers, peft and DeepSpeed once, instead of a new interpreter
 importing them again (3 to 7 CPU-seconds a session on the 2-core CI machine, where the suite is
 CPU-bound: docs/testing.md).
 

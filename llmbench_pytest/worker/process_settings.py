@@ -133,7 +133,7 @@ def snapshot() -> dict[str, Any]:
     return values
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
     """A function as where it is defined (what replaced it says who did), anything else as text."""
     if callable(value) and hasattr(value, "__qualname__"):
         return f"{getattr(value, '__module__', None) or '?'}.{value.__qualname__}"
@@ -145,7 +145,7 @@ def changed(fresh: dict[str, Any]) -> list[dict[str, str]]:
     name, the fresh value and the value the run left."""
     now = snapshot()
     return [
-        {"setting": name, "fresh": _describe(was), "left": _describe(now[name])}
+        {"setting": name, "fresh": describe(was), "left": describe(now[name])}
         for name, was in fresh.items()
         if name in now and now[name] is not was and now[name] != was
     ]

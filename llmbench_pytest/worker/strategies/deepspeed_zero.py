@@ -161,10 +161,11 @@ class DeepSpeedStrategy:
         }
         from torch.nn import functional
 
-        linear = functional.linear
-        if linear is not self.linear_before:
+        from ..process_settings import describe
+
+        if functional.linear is not self.linear_before:
             out["replaced_for_this_run"] = {
-                "torch.nn.functional.linear": f"{linear.__module__}.{linear.__qualname__}",
+                "torch.nn.functional.linear": describe(functional.linear),
                 "restored_after": True,
             }
         if os.environ.get("TORCH_CUDA_ARCH_LIST") != self.arch_list_before:
