@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 import pytest
-from forkserver import Client
 
+from llmbench_pytest.config.ranks import RANK_IMPORTS
+from llmbench_pytest.launch import forkserver
 from llmbench_pytest.worker.ops import extensions_root
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,22 +110,50 @@ def bench(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     return pytester
 
 
-# --- the pytest sessions tests start, forked from one process per worker (tests/forkserver.py):
-# the suite is CPU-bound on two cores and each new interpreter imported pytest, torch,
-# transformers and DeepSpeed again. LLMBENCH_TEST_FORKSERVER=0 starts each as a new process.
+# --- the pytest sessions tests start, forked from one process per worker (the plugin's own fork
+# server, llmbench_pytest/launch/forkserver.py): the suite is CPU-bound on two cores and each new
+# interpreter imported pytest, torch, transformers and DeepSpeed again. The sessions' launchers
+# fork their CPU agents from the same server. LLMBENCH_TEST_FORKSERVER=0 starts each session as a
+# new process (whose launcher then starts a server of its own).
+
+PRELOAD = ["pytest", "_pytest.pytester", "torch", "transformers", "llmbench_pytest.worker.agent"]
+PRELOAD += RANK_IMPORTS
+"""What a session imports on the way to its first run (in-process sessions train in the pytest
+process), and what an agent and its ranks import. Not the plugins pytest loads from entry points
+(xdist, pytest-benchmark, llmbench): pytest rewrites their asserts when it imports them, and the
+server's children drop those that came in anyway (anyio, through transformers)."""
+
+_STARTING_ENV = dict(os.environ)
+"""This worker's environment before any test changed it: the server's, whichever test starts it."""
 
 
 @functools.cache
-def _forks() -> Client | None:
-    """This worker's fork server client, or None where sessions start as new processes: asked
-    so, or a GPU is present (a CUDA context must not cross a fork)."""
+def _forks() -> forkserver.Client | None:
+    """This worker's fork server, or None where sessions start as new processes: asked so, or a
+    GPU is present (a CUDA context must not cross a fork)."""
     off = os.environ.get("LLMBENCH_TEST_FORKSERVER", "1") == "0"
     gpu = os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
     if off or gpu:
         return None
     folder = Path(tempfile.mkdtemp(prefix="llmbench-forks-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return Client(folder)
+    return forkserver.Client.start(folder, PRELOAD, env=_STARTING_ENV)
+
+
+def _run_forked(args: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path, timeout: float) -> int:
+    """`python -m pytest ARGS` forked, its exit status; raises forkserver.Refused where a fork
+    would not be a new process, subprocess.TimeoutExpired after killing it past `timeout`."""
+    child = _forks().spawn("pytest", args, cwd, {**env, forkserver.ENV: _forks().path}, out, err)
+    try:
+        return child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        forkserver.signal_group(child.pid, signal.SIGKILL)  # as pytester kills a session past its timeout
+        raise
+    except BaseException:
+        # Ctrl-C or an ending worker: the session (its own process session, which the terminal's
+        # SIGINT does not reach) ends as the plugin ends on SIGTERM
+        forkserver.signal_group(child.pid, signal.SIGTERM)
+        raise
 
 
 def _forked_pytest(args, cwd: Path, env: dict[str, str], out: Path, err: Path, timeout: float | None):
@@ -132,9 +161,9 @@ def _forked_pytest(args, cwd: Path, env: dict[str, str], out: Path, err: Path, t
     new process: (exit code, stdout lines, stderr lines, seconds)."""
     started = time.monotonic()
     args = [os.fspath(a) for a in args]
-    if _forks().serves(cwd, env):
-        ret = _forks().run(args, cwd, env, out, err, timeout or 3600.0)
-    else:
+    try:
+        ret = _run_forked(args, cwd, env, out, err, timeout or 3600.0)
+    except forkserver.Refused:
         with out.open("w") as fout, err.open("w") as ferr:
             command = [sys.executable, "-m", "pytest", *args]
             files = {"stdout": fout, "stderr": ferr}

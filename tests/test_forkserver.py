@@ -1,4 +1,4 @@
-"""The pytest sessions the tests start are forks of one process per worker (tests/forkserver.py):
+"""The pytest sessions the tests start are forks of one process per worker (launch/forkserver.py):
 each must see what a new `python -m pytest` would, end when its time is up, and give way to a new
 process where a test puts a stand-in module first on PYTHONPATH."""
 

@@ -24,17 +24,23 @@ def runs(path: Path) -> dict[str, dict]:
 
 
 def leftover_processes(marker: str) -> list[str]:
-    """Processes whose command line mentions `marker` (the test's own directory)."""
+    """llmbench's processes that a session in `marker` (the test's own directory) started: its
+    agents and ranks, and the fork server it forks CPU agents from. New processes name `marker` in
+    their command line (a group's directory); forks keep their server's command line, so their
+    working directory, the session's, tells instead."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(proc / "cwd")
         except OSError:
             continue
-        if marker in cmdline and "llmbench_pytest.worker.main" in cmdline:
-            found.append(f"{proc.name}: {cmdline}")
+        named = marker in cmdline and "llmbench_pytest.worker.main" in cmdline
+        forked = cwd.startswith(marker) and "llmbench_pytest.launch.forkserver" in cmdline
+        if named or forked:
+            found.append(f"{proc.name}: {cmdline[:200]} (in {cwd})")
     return found
 
 

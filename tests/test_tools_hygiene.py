@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -18,8 +19,6 @@ import pytest
 
 from conftest import REPO, TORCH_EXTENSIONS_DIR
 
-RANK = "llmbench_pytest.worker.main"
-AGENT = "torch.distributed.run"  # torchrun: its command line names the ranks' module too
 SESSION = ["--llmbench-strategies=ddp", "--llmbench-world-sizes=2", "-p", "no:cacheprovider", "-q"]
 
 
@@ -30,9 +29,22 @@ def _cmdline(proc: psutil.Process) -> str:
         return ""
 
 
-def _is_rank(proc: psutil.Process) -> bool:
-    line = _cmdline(proc)
-    return RANK in line and AGENT not in line
+def _rank_pids(run_dir: Path) -> set[int]:
+    """The ranks' process ids, from the first line each writes to its log (a forked rank keeps
+    its agent's command line, so that does not tell them apart)."""
+    pids = set()
+    for log in run_dir.glob("rank*.log"):
+        found = re.search(r"rank \d+ of \d+ on .*?\(pid (\d+)", log.read_text(errors="replace"))
+        if found:
+            pids.add(int(found.group(1)))
+    return pids
+
+
+def _ppid(proc: psutil.Process) -> int | None:
+    try:
+        return proc.ppid()
+    except psutil.Error:
+        return None
 
 
 def _terminal_signals() -> None:
@@ -59,7 +71,10 @@ def _wait_for_ranks(wrapper: subprocess.Popen, results: Path, tree: list[psutil.
         progress = list(results.glob("*ddp-ws2*/rank0.progress"))
         if progress and any(p in progress[0].read_text() for p in ('"warmup"', '"measuring"')):
             tree[:] = psutil.Process(wrapper.pid).children(recursive=True)
-            if sum(map(_is_rank, tree)) == 2 and any(AGENT in _cmdline(p) for p in tree):
+            below = {p.pid: p for p in tree}
+            ranks = _rank_pids(progress[0].parent)
+            # both ranks, and the agent above them, are in the tree we will check
+            if len(ranks) == 2 and all(r in below and _ppid(below[r]) in below for r in ranks):
                 return
         time.sleep(0.5)
     pytest.fail("the ranks never started training")

@@ -3,11 +3,11 @@
 # environment (.venv), installs what is missing, then runs the benchmarks or the tests in it.
 #   tools/dev.sh setup            set up .venv, build DeepSpeed's JIT ops (llmbench ops) and stop
 #   tools/dev.sh bench [ARGS...]  then: pytest benchmarks/ --llmbench-report ARGS
-#   tools/dev.sh test [ARGS...]   then: ruff check, ruff format --check, pytest -n 2 ARGS
+#   tools/dev.sh test [ARGS...]   then: ruff check, ruff format --check, pytest -n 3 ARGS
 #                                 (LLMBENCH_TEST_WORKERS=N: N pytest-xdist workers, 0 for none;
 #                                 LLMBENCH_TEST_SEED=N or ARGS --shuffle-seed=N: replay an order;
 #                                 LLMBENCH_TEST_FORKSERVER=0: the sessions tests start as new
-#                                 processes, not forks of tests/forkserver.py)
+#                                 processes, not forks of llmbench_pytest/launch/forkserver.py)
 # Environment:
 #   LLMBENCH_TORCH   pip arguments that install torch instead of the automatic choice, e.g.
 #                    "torch==2.11.0 --index-url https://download.pytorch.org/whl/cu126" (or .../rocm6.4)
@@ -203,10 +203,11 @@ run_tests() {
     "$VENV/bin/ruff" format --check .
     # exit code 5 (no test collected) is a failure too: any non-zero code ends this script;
     # the slowest tests are listed so that CI's log shows where its time goes
-    # the tests are mostly torchrun groups that wait on process start-up and gloo: two pytest-xdist
-    # workers on two cores finish sooner than one (loadgroup keeps the tests that read one shared
-    # session on one worker); the order is shuffled, its seed printed in the header
-    "$VENV/bin/python" -m pytest -n "${LLMBENCH_TEST_WORKERS:-2}" --dist loadgroup --durations=25 "$@"
+    # the tests are mostly torchrun groups that wait on gloo, timeouts and signals: three
+    # pytest-xdist workers on two cores fill those waits (docs/testing.md: 331 s against 378 s
+    # with two; loadgroup keeps the tests that read one shared session on one worker); the order
+    # is shuffled, its seed printed in the header
+    "$VENV/bin/python" -m pytest -n "${LLMBENCH_TEST_WORKERS:-3}" --dist loadgroup --durations=25 "$@"
 }
 
 activate() {

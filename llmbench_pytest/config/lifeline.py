@@ -34,6 +34,13 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
         return False
 
 
+def expect_parent(pid: int) -> None:
+    """The parent this process must die with, where it is not the one it had when this module was
+    imported: a rank forked from an agent that imported it (worker/agent.py)."""
+    global _parent
+    _parent = pid
+
+
 def die_with_parent() -> None:
     """Set the parent-death signal on this process; if the parent already exited before it was set
     (the signal would never come), exit at once."""

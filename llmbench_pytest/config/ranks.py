@@ -52,3 +52,15 @@ def rank_env() -> RankEnv:
         group_rank=_int("GROUP_RANK", 0),
         under_torchrun=True,
     )
+
+
+RANK_IMPORTS = (
+    "llmbench_pytest.worker.main",
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.mistral.modeling_mistral",
+    "transformers.models.gpt2.modeling_gpt2",
+    "peft",
+    "deepspeed",
+)
+"""What a CPU rank imports on its way to its runs: imported once by the agent its ranks are forks
+of (worker/agent.py), or by the fork server the agent itself is a fork of (launch/forkserver.py)."""

@@ -7,10 +7,17 @@ with this process even when this process is SIGKILLed (config/lifeline.py). The 
 (worker/main.py) take job-0001.json, job-0002.json, ... from the group's directory in order; a
 job marked "last", or a "stop" job, ends them. torchrun's own output goes to agent.log there;
 the launcher copies each configuration's share of it into that configuration's log.
+
+On a CPU the agent is llmbench's (worker/agent.py: torchrun's agent, whose ranks are forks of it)
+and is itself a fork of a server that imported torch and the models once (launch/forkserver.py),
+tied to this process instead of a parent-death signal; on a GPU, and where the server will not
+fork it, the agent is `python -m torch.distributed.run`, a new process.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import itertools
 import os
 import shutil
@@ -23,11 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from ..config.lifeline import LAUNCHER_PID_ENV, with_parent_death_signal
+from ..config.ranks import RANK_IMPORTS
 from ..results.storage import write_json_atomic
+from . import forkserver
 
 KILL_GRACE_S = 5.0
 STOP_GRACE_S = 15.0
 GROUPS_DIR = ".llmbench-ranks"
+RANKS_ENV = "LLMBENCH_RANKS"
+AGENT_MODULE = "llmbench_pytest.worker.agent"
 _numbers = itertools.count(1)
 
 
@@ -35,11 +46,11 @@ def job_path(group_dir: Path, seq: int) -> Path:
     return group_dir / f"job-{seq:04d}.json"  # worker/main.py reads it; kept in step by tests
 
 
-def command(world_size: int, group_dir: Path) -> list[str]:
+def command(world_size: int, group_dir: Path, device: str = "cpu") -> list[str]:
     return [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        agent_module(device),
         "--standalone",  # c10d rendezvous on a free localhost port, chosen by torchrun
         f"--nproc_per_node={world_size}",
         "--max-restarts=0",
@@ -49,6 +60,52 @@ def command(world_size: int, group_dir: Path) -> list[str]:
         "--group-dir",
         str(group_dir),
     ]
+
+
+def agent_module(device: str) -> str:
+    """torchrun itself on a GPU; on a CPU torchrun's agent in a process that forks the ranks from
+    itself after importing what they import (worker/agent.py). LLMBENCH_RANKS=exec starts CPU
+    ranks as new processes too."""
+    if device == "cpu" and os.environ.get(RANKS_ENV, "fork") != "exec":
+        return AGENT_MODULE
+    return "torch.distributed.run"
+
+
+@functools.cache
+def _agent_server() -> forkserver.Client:
+    """Where CPU agents are forked from: the server LLMBENCH_FORKSERVER names (one a harness shares
+    among its sessions: the plugin's tests do), else one of this process's own, started at its
+    first CPU group; later groups then import nothing."""
+    given = os.environ.get(forkserver.ENV)
+    if given:
+        return forkserver.Client(given)
+    folder = Path(tempfile.mkdtemp(prefix="llmbench-agents-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return forkserver.Client.start(folder, [AGENT_MODULE, *RANK_IMPORTS])
+
+
+def _new_process(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            with_parent_death_signal(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: we end all of it, and only it
+            env=env,
+        )
+
+
+def _forked_agent(argv: list[str], env: dict[str, str], log: Path) -> forkserver.Forked | None:
+    """The agent as a fork of the server, in a session of its own and tied to this process (it
+    and its ranks die with it); None where the server would not fork it (said in the log), and
+    the caller starts a new process."""
+    try:
+        return _agent_server().spawn(AGENT_MODULE, argv, os.getcwd(), env, log, log, append=True, tied=True)
+    except forkserver.Refused as exc:
+        with open(log, "a") as fh:
+            fh.write(f"llmbench: the agent starts as a new process: {exc}\n")
+        return None
 
 
 class RankGroup:
@@ -64,15 +121,10 @@ class RankGroup:
         self.agent_log = self.dir / "agent.log"
         self.posted = 0
         self.started = time.monotonic()
-        with open(self.agent_log, "ab") as log:
-            self.proc = subprocess.Popen(
-                with_parent_death_signal(command(world_size, self.dir)),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group: we end all of it, and only it
-                env={**os.environ, LAUNCHER_PID_ENV: str(os.getpid())},
-            )
+        argv = command(world_size, self.dir, device)
+        env = {**os.environ, LAUNCHER_PID_ENV: str(os.getpid())}
+        forked = _forked_agent(argv[3:], env, self.agent_log) if argv[2] == AGENT_MODULE else None
+        self.proc = forked if forked is not None else _new_process(argv, env, self.agent_log)
 
     @property
     def alive(self) -> bool:

@@ -82,7 +82,9 @@ def _logger(rank: int) -> logging.Logger:
 
 
 @record
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, forked: bool = False) -> int:
+    """`forked`: this process is a fork of the agent that imported what it needs (worker/agent.py),
+    not a new interpreter (recorded as how the rank process started)."""
     die_with_parent()
     parser = argparse.ArgumentParser(description="one rank of an llmbench group (started by the launcher)")
     parser.add_argument("--group-dir", required=True, type=Path)
@@ -106,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
             if ctx is None:
                 ctx = dist.init(env, spec.device, float(job["timeout_s"]))
             measurement = run_benchmark(spec, ctx, log, job.get("repo_dir"), trace_dir=run_dir)
-            measurement.timing["rank_process"] = {"configuration": seq, "up_sec": time.monotonic() - born}
+            measurement.timing["rank_process"] = {
+                "configuration": seq,
+                "up_sec": time.monotonic() - born,
+                "start": "fork" if forked else "exec",
+            }
             if env.rank == 0:
                 write_json_atomic(run_dir / MEASUREMENT_FILE, measurement.to_dict())
             note(log, logging.INFO, {"phase": "done"}, "done: %s", measurement.status)
