@@ -7,7 +7,10 @@ pytest is SIGKILLed (the OOM killer, a CI hard kill), the kernel kills the agent
 no rank keeps training, or holding GPU memory, for a controller that is gone.
 
 Linux only (prctl PR_SET_PDEATHSIG); elsewhere, and as a second line, a waiting rank notices that
-the launcher's process (LLMBENCH_LAUNCHER_PID) or its own parent is gone, and leaves.
+the launcher's process (LLMBENCH_LAUNCHER_PID) or its own parent is gone, and leaves. A CPU rank
+is a fork of its agent, which imported this module, so it names its parent (`expect_parent`)
+instead of the one this module saw at import; a CPU agent, a fork of a server, is tied to pytest
+by a pipe instead (launch/forkserver.py).
 """
 
 from __future__ import annotations

@@ -14,9 +14,11 @@ no teardown repairs, and the next configuration gets fresh ranks. A job marked "
 (--llmbench-isolate, or the session's end) ends it too. Anything that escapes is recorded by
 torchrun's error handler, whose summary the launcher reads.
 
-The ranks die with the launcher: torchrun's agent is started with a parent-death signal, and each
-rank sets one on itself, so a SIGKILLed pytest (the OOM killer, a CI hard kill) takes its ranks and
-their GPU memory with it within moments.
+The ranks die with the launcher: torchrun's agent is started with a parent-death signal (on a CPU,
+a fork of the session's fork server, tied to pytest by a pipe: launch/forkserver.py), and each rank
+sets one on itself, so a SIGKILLed pytest (the OOM killer, a CI hard kill) takes its ranks and
+their GPU memory with it within moments. On a CPU this module runs in forks of the agent
+(worker/agent.py), not as `python -m`.
 """
 
 from __future__ import annotations
