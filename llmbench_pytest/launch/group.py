@@ -63,10 +63,11 @@ def command(world_size: int, group_dir: Path, device: str = "cpu") -> list[str]:
 
 
 def agent_module(device: str) -> str:
-    """torchrun itself on a GPU; on a CPU torchrun's agent in a process that forks the ranks from
-    itself after importing what they import (worker/agent.py). LLMBENCH_RANKS=exec starts CPU
-    ranks as new processes too."""
-    if device == "cpu" and os.environ.get(RANKS_ENV, "fork") != "exec":
+    """torchrun itself on a GPU; on a Linux CPU torchrun's agent in a process that forks the ranks
+    from itself after importing what they import (worker/agent.py; macOS's system libraries do not
+    promise to survive a fork). LLMBENCH_RANKS=exec starts CPU ranks as new processes too."""
+    linux = sys.platform.startswith("linux")
+    if device == "cpu" and linux and os.environ.get(RANKS_ENV, "fork") != "exec":
         return AGENT_MODULE
     return "torch.distributed.run"
 
