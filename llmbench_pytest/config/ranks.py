@@ -5,8 +5,13 @@ Standard library only, so the plugin can decide at start-up which rank writes fi
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +69,21 @@ RANK_IMPORTS = (
 )
 """What a CPU rank imports on its way to its runs: imported once by the agent its ranks are forks
 of (worker/agent.py), or by the fork server the agent itself is a fork of (launch/forkserver.py)."""
+
+
+def import_once(names: Iterable[str]) -> None:
+    """Import `names` in a process that forks what needs them (an agent, a fork server), then move
+    what was imported out of the collector's sight: the forks' collections would otherwise walk
+    every object of torch and transformers and, by touching them, copy their pages. One that is
+    missing (an extra not installed) is left to the fork, which imports it, or reports the error."""
+    import gc
+    import importlib
+    import sys
+
+    for name in names:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    gc.collect()
+    gc.freeze()
+    sys.stdout.flush()  # nothing buffered here is written again by each fork
+    sys.stderr.flush()

@@ -42,6 +42,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..config.lifeline import set_parent_death_signal, with_parent_death_signal
+from ..config.ranks import import_once
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -53,18 +54,7 @@ _STARTING_PYTHONPATH = os.environ.get("PYTHONPATH", "")
 
 
 def serve(path: str, preload: list[str]) -> None:
-    import gc
-    import importlib
-
-    for name in preload:
-        with contextlib.suppress(Exception):  # a missing extra is imported by the child, or not
-            importlib.import_module(name)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # what was imported moves out of the collector's sight: a child's collections would otherwise
-    # walk every object of torch and transformers and, by touching them, copy their pages
-    gc.collect()
-    gc.freeze()
+    import_once(preload)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -136,9 +126,11 @@ def _child(request: dict, tie: int | None) -> None:
         set_parent_death_signal()  # the server's death ends it: nothing else would, in its own session
         if tie is not None:
             threading.Thread(target=_die_with_caller, args=(tie,), daemon=True).start()
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE, signal.SIGHUP):
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as a new interpreter sets it
+        # the handlers a new interpreter starts with (it ignores SIGPIPE)
+        for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])

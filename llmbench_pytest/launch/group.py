@@ -47,10 +47,12 @@ def job_path(group_dir: Path, seq: int) -> Path:
 
 
 def command(world_size: int, group_dir: Path, device: str = "cpu") -> list[str]:
+    return [sys.executable, "-m", agent_module(device), *agent_args(world_size, group_dir)]
+
+
+def agent_args(world_size: int, group_dir: Path) -> list[str]:
+    """torchrun's arguments, whichever agent takes them (worker/agent.py takes the same)."""
     return [
-        sys.executable,
-        "-m",
-        agent_module(device),
         "--standalone",  # c10d rendezvous on a free localhost port, chosen by torchrun
         f"--nproc_per_node={world_size}",
         "--max-restarts=0",
@@ -122,10 +124,14 @@ class RankGroup:
         self.agent_log = self.dir / "agent.log"
         self.posted = 0
         self.started = time.monotonic()
-        argv = command(world_size, self.dir, device)
         env = {**os.environ, LAUNCHER_PID_ENV: str(os.getpid())}
-        forked = _forked_agent(argv[3:], env, self.agent_log) if argv[2] == AGENT_MODULE else None
-        self.proc = forked if forked is not None else _new_process(argv, env, self.agent_log)
+        forked = None
+        if agent_module(device) == AGENT_MODULE:
+            forked = _forked_agent(agent_args(world_size, self.dir), env, self.agent_log)
+        if forked is not None:
+            self.proc: subprocess.Popen[bytes] | forkserver.Forked = forked
+        else:
+            self.proc = _new_process(command(world_size, self.dir, device), env, self.agent_log)
 
     @property
     def alive(self) -> bool:

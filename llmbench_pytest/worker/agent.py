@@ -18,9 +18,6 @@ must die with (config/lifeline.py), and the intra-op thread count torchrun chose
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import importlib
 import os
 import signal
 import sys
@@ -33,7 +30,7 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure, rec
 from torch.distributed.launcher.api import elastic_launch
 from torch.distributed.run import config_from_args, parse_args
 
-from ..config.ranks import RANK_IMPORTS
+from ..config.ranks import RANK_IMPORTS, import_once
 
 RANK_MODULE = "llmbench_pytest.worker.main"
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -60,19 +57,6 @@ class _EveryFailure(MultiprocessContext):
                         error_file=self.error_files[local_rank],
                     )
         return result
-
-
-def _preload() -> None:
-    # one that is missing (an extra not installed) is left to the rank, which reports the error
-    for name in RANK_IMPORTS:
-        with contextlib.suppress(Exception):
-            importlib.import_module(name)
-    # what was imported moves out of the collector's sight: the ranks' collections would otherwise
-    # walk every object of torch and transformers and, by touching them, copy their pages
-    gc.collect()
-    gc.freeze()
-    sys.stdout.flush()
-    sys.stderr.flush()
 
 
 def _rank(agent_pid: int, handlers: dict[int, Any], *argv: str) -> None:
@@ -105,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     config, _, _ = config_from_args(args)
     config.start_method = "fork"
     elastic_mp.MultiprocessContext = _EveryFailure  # what start_processes builds for a function
-    _preload()
+    import_once(RANK_IMPORTS)
     handlers = {sig: signal.getsignal(sig) for sig in _HANDLED}  # before the agent installs its own
     elastic_launch(config=config, entrypoint=_rank)(os.getpid(), handlers, *args.training_script_args)
 
