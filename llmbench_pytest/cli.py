@@ -126,10 +126,22 @@ def _plan(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     strategies = args.strategies.split(",") if args.strategies else list(DEFAULT_STRATEGIES)
     print(f"llmbench plan: tracing {args.model} on this CPU ...", file=sys.stderr)
-    gpu_name, capacity, rows = plan(
-        args.model, args.gpu, args.gpus, strategies, batch=args.batch, seq_len=args.seq_len,
-        dtype=args.dtype, workload=args.workload, grad_ckpt=args.grad_ckpt,
-    )  # fmt: skip
+    try:
+        from .worker.step_trace import TraceUnavailable
+    except ImportError as exc:  # torch missing, or too old for the trace
+        print(f"llmbench plan: error: cannot trace a step here: {exc}", file=sys.stderr)
+        return 1
+    try:
+        gpu_name, capacity, rows = plan(
+            args.model, args.gpu, args.gpus, strategies, batch=args.batch, seq_len=args.seq_len,
+            dtype=args.dtype, workload=args.workload, grad_ckpt=args.grad_ckpt,
+        )  # fmt: skip
+    except TraceUnavailable as exc:
+        print(f"llmbench plan: error: {args.model}'s step cannot be traced: {exc}", file=sys.stderr)
+        return 1
+    except ImportError as exc:  # transformers or peft missing, or too old for the trace
+        print(f"llmbench plan: error: cannot trace a step here: {exc}", file=sys.stderr)
+        return 1
     from .config.presets import resolve_model
 
     preset = resolve_model(args.model)
@@ -325,7 +337,8 @@ def _add_ops(sub: Any) -> None:
         description=(
             "DeepSpeed compiles some ops the first time a process loads them: CPU Adam (offload),\n"
             "async I/O (zero3_nvme), and on a CPU its shared-memory all-reduce. A session that meets\n"
-            "an unbuilt op waits for it (about 50 s for CPU Adam on a GPU host, 105 s with async I/O).\n"
+            "an unbuilt op waits for it (on a fresh 1x H100 host, 2026-11-25: CPU Adam 48 to 60 s,\n"
+            "CPU Adam and async I/O 94 s together).\n"
             "This builds them into the directory sessions load them from (TORCH_EXTENSIONS_DIR, or\n"
             "one per torch and DeepSpeed installation), once per machine; built ops are found, not\n"
             "rebuilt. Prints each op's time. Exit 1 when an op cannot be built here."

@@ -44,6 +44,12 @@ os.environ.setdefault(
 # fresh HOME per test would hide them from each other, so the whole session and its children
 # share one directory (keyed by the code and the libraries: a change traces again)
 os.environ.setdefault("LLMBENCH_CACHE_DIR", os.path.join(tempfile.gettempdir(), "llmbench-tests-cache"))
+# scikit-learn sets KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK when it is imported (sklearn/__init__.py),
+# and transformers' generation utilities import it where it is installed (the GPU host's image has
+# it; found with an audit hook on os.putenv, 1x H100, 2026-11-26): whichever test first built a model
+# there was blamed for changing the environment. Imported once here, before any test.
+with contextlib.suppress(ImportError):
+    import sklearn  # noqa: F401
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 # what a child session must not inherit from this one: torchrun's rank variables, pytest-xdist's
 # worker identity (the plugin and pytest-benchmark would take the child for an xdist worker) and
@@ -58,6 +64,11 @@ FEW_STEPS = ["--llmbench-warmup=1", "--llmbench-steps=3"]
 
 
 RUNS = "results/[0-9]*-*"
+
+GPU_HOST = os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
+"""An NVIDIA driver is installed (whether or not this process may see a GPU)."""
+OWN_PROCESS = "LLMBENCH_TEST_OWN_PROCESS"
+"""Set in the pytest a test marked own_process_on_gpu runs in: there it runs in-process."""
 """The session folders under a test's directory: each pytest session writes its runs into
 results/<started>-<session id>/ (results/latest links to the newest, and is not matched here)."""
 
@@ -75,14 +86,39 @@ def runs_by_config(root: Path) -> dict[str, dict]:
     return found
 
 
+def _gpu_memory_held() -> int:
+    """GPU memory NVML counts for this process (a CUDA context), 0 where none or no GPU host."""
+    if not GPU_HOST:
+        return 0
+    from llmbench_pytest.config.nvml import nvml_session
+    from llmbench_pytest.session.preflight import query_gpus
+
+    try:
+        with nvml_session() as nvml:
+            count = nvml.nvmlDeviceGetCount()
+        uses = query_gpus([str(i) for i in range(count)])
+    except Exception:  # no NVML here: nothing to look at
+        return 0
+    return sum(p.used_bytes or 1 for u in uses for p in u.processes if p.pid == os.getpid())
+
+
 @pytest.fixture(autouse=True)
 def _leaves_the_process_as_it_found_it():
     """A test that changes this process's environment, CPU affinity, working directory or its
     SIGINT/SIGTERM handlers (which the tools and sessions it starts inherit when ignored) and
-    does not undo it changes every later test on its worker: refuse it where it happens."""
+    does not undo it changes every later test on its worker: refuse it where it happens. On a GPU
+    host, a test that makes a CUDA context in this process (which keeps it until it exits) is
+    refused too: every later session's GPU check would find this process holding the GPU."""
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     before = (dict(os.environ), os.sched_getaffinity(0), os.getcwd())
+    held_before = _gpu_memory_held()
     yield
+    if not held_before and not os.environ.get(OWN_PROCESS):  # in a pytest of its own it may
+        held = _gpu_memory_held()
+        assert not held, (
+            f"this test made a CUDA context in the suite's process ({held / 2**30:.1f} GiB of the GPU): "
+            "mark it own_process_on_gpu, or keep its work on the CPU"
+        )
     env, cores, cwd = before
     changed_handlers = [sig.name for sig, h in handlers.items() if signal.getsignal(sig) != h]
     assert not changed_handlers, f"this test left signal handlers changed: {changed_handlers}"
@@ -91,6 +127,38 @@ def _leaves_the_process_as_it_found_it():
     assert not changed, f"this test left environment variables changed: {changed}"
     assert os.sched_getaffinity(0) == cores, "this test left the process's CPU affinity changed"
     assert os.getcwd() == cwd, f"this test left the working directory at {os.getcwd()}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "own_process_on_gpu: on a GPU host the test runs in a pytest of its own (it makes a CUDA "
+        "context, which no process can give back)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A test marked own_process_on_gpu runs, on a GPU host, in a new pytest process. A CUDA
+    context stays with its process until it exits (about 0.5 GiB, more with what the test
+    allocated): in the suite's process it held 1.1 GiB of the GPU, and every later test's session
+    was refused by its GPU check (session/preflight.py) as sharing the GPU with another process,
+    so those tests depended on their order."""
+    marked = pyfuncitem.get_closest_marker("own_process_on_gpu") is not None
+    if not GPU_HOST or os.environ.get(OWN_PROCESS) or not marked:
+        return None
+    env = {k: v for k, v in os.environ.items() if k not in CHILD_UNSET}
+    env[OWN_PROCESS] = "1"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--shuffle-seed=off",
+           pyfuncitem.nodeid]  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=pyfuncitem.config.rootpath, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-6000:]
+        where = " ".join(cmd[1:])
+        pytest.fail(f"in its own process ({where}), exit {proc.returncode}:\n{tail}", pytrace=False)
+    return True
 
 
 def _copy_benchmarks(root: Path) -> None:
@@ -132,8 +200,7 @@ def _forks() -> forkserver.Client | None:
     """This worker's fork server, or None where sessions start as new processes: asked so, or a
     GPU is present (a CUDA context must not cross a fork)."""
     off = os.environ.get("LLMBENCH_TEST_FORKSERVER", "1") == "0"
-    gpu = os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
-    if off or gpu:
+    if off or GPU_HOST:
         return None
     folder = Path(tempfile.mkdtemp(prefix="llmbench-forks-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)

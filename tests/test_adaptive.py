@@ -18,7 +18,7 @@ from llmbench_pytest.launch.matrix import PROFILED_STEPS, build_matrix, profile_
 from llmbench_pytest.report.collect import load_results
 from llmbench_pytest.report.configs import group_configs
 from llmbench_pytest.report.table import window_cell
-from llmbench_pytest.worker.adaptive import BUDGET, PRECISION, StopRule, stop_reason
+from llmbench_pytest.worker.adaptive import BUDGET, CAP, PRECISION, StopRule, stop_reason
 
 
 def spec(**kw) -> RunSpec:
@@ -104,6 +104,13 @@ def test_strict(llmbench):
 )
 def test_budgeted(llmbench):
     llmbench.train()
+
+
+@pytest.mark.llmbench(
+    strategies="fsdp", min_steps=4, max_steps=6, precision=0.00001, window_budget=1.5, max_interval=0.0001
+)
+def test_past_cap(llmbench):
+    llmbench.train()
 """
 
 
@@ -119,10 +126,10 @@ def measured_session(shared_bench):
         "-v",
         env={"LLMBENCH_INJECT_FAULT": "ddp:slow=0.5"},
     )
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=5)
     # each run by the benchmark that trained it
     runs = {r["metadata"]["test"].split("::")[1].split("[")[0]: r for r in saved_results(bench.path)}
-    assert sorted(runs) == ["test_budgeted", "test_fixed", "test_loose", "test_strict"]
+    assert sorted(runs) == ["test_budgeted", "test_fixed", "test_loose", "test_past_cap", "test_strict"]
     return bench, runs
 
 
@@ -168,6 +175,30 @@ def test_a_time_budget_stops_the_window_with_the_precision_it_has(measured_sessi
     assert window_cell(configs["test_strict"]).endswith("% cap")
     assert window_cell(configs["test_loose"]).endswith("%")  # the target reached: no reason shown
     assert window_cell(configs["test_fixed"]).endswith("% fixed")
+
+
+@pytest.mark.xdist_group(MEASURED)
+def test_a_budgeted_window_goes_past_its_cap_while_the_mean_is_not_known_within_its_bound(measured_session):
+    _, runs = measured_session
+    m = runs["test_past_cap"]["timing"]["measurement"]
+    # a bound no run meets (--llmbench-max-interval 0.01%): at the cap of 6 the window goes on, and
+    # the 1.5 s budget (or 10 times the cap, for steps under 25 ms) ends it
+    assert m["max_steps"] == 6 and m["steps_past_cap_up_to"] == 60
+    assert m["steps"] > 6 and (m["stopped"] == "budget" or m["steps"] == 60), m
+    assert len(runs["test_past_cap"]["step_times_sec"]) == m["steps"]
+    # without a budget the cap ends the window, as before (test_strict: the same impossible target)
+    strict = runs["test_strict"]["timing"]["measurement"]
+    assert strict["stopped"] == "cap" and strict["steps"] == 10 and strict["steps_past_cap_up_to"] is None
+
+
+def test_past_the_cap_a_budgeted_window_stops_once_its_mean_is_known_within_its_bound():
+    rule = StopRule(adaptive=True, min_steps=10, cap=100, target=0.01, every=5, budget_s=20.0)
+    assert rule.last == 1000 and rule.checks_at(100) and rule.checks_at(105) and not rule.checks_at(1000)
+    assert stop_reason(rule, 100, 0.145, 1.8, done=100) is None  # short steps: the budget lasts, it goes on
+    assert stop_reason(rule, 120, 0.09, 2.2, done=120) == CAP  # within the bound: the cap's reason stands
+    assert stop_reason(rule, 400, 0.145, 20.0, done=400) == BUDGET  # the budget ends it, precision or not
+    unbudgeted = replace(rule, budget_s=0.0)
+    assert unbudgeted.last == 100 and not unbudgeted.checks_at(100)  # no budget: the cap ends it
 
 
 def test_the_budget_is_checked_after_the_precision_and_only_from_the_minimum():
@@ -242,6 +273,10 @@ def test_profiled_steps_run_where_the_report_shows_their_figures():
         profile_steps_for(opts, cuda=True, world_size=1, offload="cpu") == PROFILED_STEPS
     )  # offload traffic
     assert profile_steps_for(opts, cuda=False, world_size=2, offload="cpu") == 0  # CPU: smoke
+    # the attention kernels that ran, the default's included, where an attention kernel is asked for
+    kernels = SessionOptions(attention=("default", "flash"))
+    assert profile_steps_for(kernels, cuda=True, world_size=1, offload="none") == PROFILED_STEPS
+    assert profile_steps_for(kernels, cuda=False, world_size=1, offload="none") == 0
     profiled = SessionOptions(profile=True)
     assert profile_steps_for(profiled, cuda=False, world_size=1, offload="none") == PROFILED_STEPS
     entries = build_matrix(

@@ -33,7 +33,7 @@ def result(**kw):
         "step_time_std_sec": 0.05,
         "step_time_min_sec": 0.95,
         "step_time_max_sec": 1.1,
-        "step_time_cv": 0.05,
+        "step_cv_in_run": 0.05,
         "step_times_sec": [1.0, 0.98, 1.02, 1.01, 0.99, 1.0],
         "losses": [8.0, 7.0, 6.0],
         "peak_reserved_gb": 20.0,
@@ -77,7 +77,7 @@ def repeats(*rates):
 
 def test_step_time_cv_is_about_runs_not_steps():
     # one run, however jittery: seed 000's rule compares runs, so no verdict
-    out = check_step_time_cv(result(step_time_cv=0.40), 0.10)
+    out = check_step_time_cv(result(step_cv_in_run=0.40), 0.10)
     assert out.passed is None and "--llmbench-repeat=2" in out.message
     # repeats: their tokens/s
     assert check_step_time_cv(result(repeats=repeats(1000, 1020, 990)), 0.10).passed is True
@@ -93,7 +93,7 @@ def test_epochs_are_judged_from_five_on():
     out = check_step_time_cv(result(epochs=two), 0.10)
     assert out.passed is None and "--llmbench-epochs=5" in out.message and "2 epochs" in out.message
     steady = [{"wall_sec": w} for w in (16.1, 16.9, 16.4, 16.6, 16.2)]
-    out = check_step_time_cv(result(epochs=steady, step_time_cv=0.17), 0.10)
+    out = check_step_time_cv(result(epochs=steady, step_cv_in_run=0.17), 0.10)
     assert out.passed is True and "epoch wall time: CV 2.0% (mean 16.44 s over 5 epochs)" in out.message
     erratic = [{"wall_sec": w} for w in (10.0, 14.0, 10.5, 13.5, 10.0)]
     out = check_step_time_cv(result(epochs=erratic), 0.10)

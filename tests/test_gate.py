@@ -43,7 +43,7 @@ def with_steps(result: dict[str, Any], times: list[float]) -> dict[str, Any]:
         "step_times_sec": times,
         "mean_step_time_sec": mean,
         "step_time_std_sec": std,
-        "step_time_cv": std / mean,
+        "step_cv_in_run": std / mean,
         "tokens_per_sec": per_step / mean,
         "samples_per_sec": samples / mean,
     }

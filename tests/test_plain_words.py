@@ -2,8 +2,8 @@
 
 The project grew from specification documents it called "seed 000", "seed 001" and "seed 003", and
 from numbered issues; its package folders were "rooms". None of these names means anything to a
-user: the README, `pytest --help`, `llmbench --help` (and each command's) and the report's fixed
-texts say what they stand for (the validation checks, the LoRA fine-tuning guide, the
+user: the README and docs/*.md, `pytest --help`, `llmbench --help` (and each command's) and the
+report's fixed texts say what they stand for (the validation checks, the LoRA fine-tuning guide, the
 encoder-decoder benchmark). Upstream bugs are named by repository, `pytorch/pytorch#185449`.
 """
 
@@ -50,6 +50,15 @@ def _llmbench_help(*command: str) -> str:
 def test_the_readme_uses_plain_words():
     found = _internal_words((REPO / "README.md").read_text())
     assert not found, f"README.md uses the project's internal words: {found}"
+
+
+def test_the_docs_use_plain_words():
+    """docs/*.md, where the README sends a user for the details (docs/results/ holds measurement
+    records, each with the command and date it was taken: those are not checked)."""
+    pages = sorted((REPO / "docs").glob("*.md"))
+    assert pages, "no docs/*.md to read"
+    found = [f"{p.relative_to(REPO)}: {w}" for p in pages for w in _internal_words(p.read_text())]
+    assert not found, f"the docs use the project's internal words: {found}"
 
 
 def test_pytest_help_uses_plain_words(tmp_path):

@@ -184,7 +184,8 @@ def test_metrics_csv_has_seed_columns_then_scaling_then_new_metrics(gpu_results:
         header = list(rows[0])
     assert header[:13] == list(SEED_FIELDS)
     assert header[13] == "scaling_efficiency_pct"
-    for new in ("status", "samples_per_sec", "step_time_cv", "model_state_gb", "mfu", "mfu_reason", "device"):
+    later = ("status", "samples_per_sec", "step_cv_in_run", "model_state_gb", "mfu", "mfu_reason", "device")
+    for new in later:
         assert new in header[14:]
     by = {(r["strategy"], r["world_size"]): r for r in rows}
     t1 = float(by["zero2", "1"]["tokens_per_sec"])
@@ -193,6 +194,26 @@ def test_metrics_csv_has_seed_columns_then_scaling_then_new_metrics(gpu_results:
     assert by["zero2", "2"]["scaling_mode"] == "weak"
     assert by["zero2", "2"]["scaling_baseline_world_size"] == "1"
     assert float(by["ddp", "1"]["mfu"]) > 0  # H100 bf16 peak is in fixtures/gpus.toml
+
+
+def test_a_result_written_before_step_cv_in_run_was_named_reads_as_today(tmp_path: Path) -> None:
+    # result.json's within-run step-time CV was called `step_time_cv`, the name of the check that
+    # compares runs; a file of that time still fills the step_cv_in_run column and the step CV cell
+    today = make_result("zero2", jitter=0.1)
+    assert "step_cv_in_run" in today and "step_time_cv" not in today
+    old = make_result("ddp", jitter=0.1)
+    old["step_time_cv"] = old.pop("step_cv_in_run")
+    root = write_runs(tmp_path / "results", old, today)
+    proc = llmbench("report", root, "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    with open(root / "summary" / "metrics.csv") as fh:
+        rows = {r["strategy"]: r for r in csv.DictReader(fh)}
+    assert "step_time_cv" not in rows["ddp"]
+    cv = today["step_cv_in_run"]
+    assert cv == pytest.approx(0.1155, abs=1e-3)
+    assert float(rows["ddp"]["step_cv_in_run"]) == pytest.approx(cv)
+    assert float(rows["zero2"]["step_cv_in_run"]) == pytest.approx(cv)
+    assert_lines(proc.stdout, "*ddp * 1 *11.5%*", "*zero2 * 1 *11.5%*")
 
 
 def test_report_recommends_with_evidence(gpu_results: Path) -> None:

@@ -48,7 +48,7 @@ COLUMNS_BEFORE = [
     "step_time_min_sec",
     "step_time_max_sec",
     "step_time_std_sec",
-    "step_time_cv",
+    "step_cv_in_run",
     "peak_reserved_gb",
     "peak_host_rss_gb",
     "model_state_gb",

@@ -13,7 +13,7 @@ import torch
 
 from conftest import saved_results
 from llmbench_pytest.analysis.trace import attention_kind, summarize
-from llmbench_pytest.config.hardware import Hardware
+from llmbench_pytest.config.hardware import Hardware, detect
 from llmbench_pytest.config.options import SessionOptions
 from llmbench_pytest.config.presets import resolve_model
 from llmbench_pytest.config.spec import RunSpec, SpecError
@@ -254,7 +254,9 @@ def test_the_profiler_names_the_attention_kernels_that_ran():
     assert attention_kind("ampere_bf16_s16816gemm_bf16_128x128", True) is None
     assert attention_kind("aten::_scaled_dot_product_flash_attention_for_cpu", False) == "flash"
     q = torch.randn(1, 2, 16, 8)
-    with torch.profiler.profile() as prof:
+    # CPU activity only: by default the profiler also traces CUDA where a GPU is visible, and that
+    # made a CUDA context (0.5 GiB) in the suite's process, which later sessions' GPU check refused
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
     trace = json.loads(json.dumps({"traceEvents": [
         {"ph": "X", "cat": "cpu_op", "name": e.key, "ts": 0, "dur": 1} for e in prof.events()
@@ -333,6 +335,7 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 
 
 @needs_gpu
+@pytest.mark.own_process_on_gpu
 def test_liger_patches_this_model_and_nothing_process_wide():
     pytest.importorskip("liger_kernel.transformers", reason="needs liger-kernel (pip install liger-kernel)")
     from transformers.models.llama import modeling_llama
@@ -356,7 +359,7 @@ def test_liger_patches_this_model_and_nothing_process_wide():
 
 @needs_gpu
 def test_gpu_records_the_attention_kernels_that_ran_and_fp8_runs_for_real(bench):
-    cc = torch.cuda.get_device_capability(0)
+    cc = detect().compute_capability or (0, 0)  # from NVML: this process makes no CUDA context
     fp8 = ["--llmbench-fp8=none,tensorwise", "--llmbench-compile"] if cc >= (8, 9) else []
     result = bench.runpytest_subprocess(
         "benchmarks/test_pretrain.py",

@@ -8,18 +8,22 @@ for backward is alive, the loss holds fp32 logits, and no gradient of this step 
   keeps, the optimizer state (after the first step: fp32 master, Adam's two moments) and gradient
   storage that outlives a step. These are memory_model.py's states without this step's gradients;
 - activations and temporaries, from one traced step of the real model (worker/step_trace.py:
-  FakeTensorMode and torch's MemTracker, in the precision the strategy computes in);
+  FakeTensorMode and the repository's own dispatch mode, LiveBytes, that counts every storage an
+  operator creates until it is freed; torch's MemTracker is not used), in the precision the
+  strategy computes in, with the adapters and the linear the GPU rank computes with
+  (plan/predict.py);
 - each strategy's buffers (`buffer_bytes`): FSDP's unsharded parameters (the root's during the
   loss, every block's for fsdp_grad_op, which keeps them after forward), ZeRO's gradient buckets
-  and ZeRO-3's gathered LM head and prefetch bucket, the offload transfer buffer;
+  and ZeRO-3's gathered LM head and prefetch bucket, the offload transfer buffer; on a GPU,
+  cuBLAS's workspaces beside them (`cublas_workspace_bytes`);
 - the allocator's slack: reserved = allocated x RESERVED_OVER_ALLOCATED.
 
 A second candidate is the optimizer step: memory_model's census at the end of backward plus what
 the step allocates for itself (`step_bytes`); the larger of the two is the prediction. It decides
 the peak where activations are small (activation checkpointing, LoRA, small batches).
 
-Validated against every GPU run in docs/results by tools/peak_table.py, which writes the table
-docs/results/2026-11-25-peak-prediction/README.md holds.
+Validated against every GPU run in docs/results by tools/peak_table.py, which writes
+docs/results/2026-11-25-peak-prediction/table.md (its README says when and at which commit).
 """
 
 from __future__ import annotations
@@ -42,6 +46,30 @@ UNFIT_MARGIN = 0.10
 is skipped before it runs (--llmbench-run-unfit runs it anyway)."""
 
 GB = 1e9
+
+CUBLAS_THREADS = 2
+"""Threads that run a step's matrix products: the forward's and autograd's device thread for the
+backward. torch gives each (cuBLAS handle, stream), so each thread, a workspace of its own from
+the caching allocator, counted in the allocated memory and kept for the process's life."""
+
+
+def cublas_workspace_bytes(
+    device: str, capability_major: int | None = None, config: str | None = None
+) -> int:
+    """The cuBLAS workspaces a training step leaves allocated on a GPU (0 elsewhere): per thread,
+    what CUBLAS_WORKSPACE_CONFIG (`:SIZE_KIB:COUNT` pairs) asks, else torch's default, 32 MiB on
+    compute capability 9 (Hopper) and 8,320 KiB (`:4096:2:16:8`) on the others (torch's
+    CublasHandlePool.cpp; pytorch/pytorch PRs 89027 and 182669). Unknown capability: Hopper's,
+    the larger. On 1-GPU runs of the tiny presets this was the whole of a 67-72 MB gap between
+    the measured peak and a prediction without it (docs/results/2026-11-26-h100-gpu-tests)."""
+    if device != "cuda":
+        return 0
+    if config:
+        numbers = [int(x) for x in config.split(":") if x.strip().isdigit()]
+        per_thread = sum(a * b for a, b in zip(numbers[0::2], numbers[1::2], strict=False)) * 1024
+    else:
+        per_thread = (4096 * 8 if capability_major in (None, 9) else 4096 * 2 + 16 * 8) * 1024
+    return CUBLAS_THREADS * per_thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +95,10 @@ class StepTrace:
     """Read from the trace cache (worker/trace_cache.py): `seconds` is the original trace's."""
 
 
+METHOD = "traced step (FakeTensorMode, counted by LiveBytes dispatch) + model states + buffers"
+"""What a recorded prediction says it was made by (result.json's peak_prediction.method)."""
+
+
 @dataclass(frozen=True, slots=True)
 class PeakPrediction:
     allocated_gb: float
@@ -83,7 +115,7 @@ class PeakPrediction:
     """The step's trace came from the cache on disk, not from tracing in this process."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "method": "traced step (FakeTensorMode, MemTracker) + model states + buffers"}
+        return {**asdict(self), "method": METHOD}
 
     def fits(self, capacity_gb: float) -> bool:
         return self.reserved_gb <= capacity_gb
@@ -178,20 +210,23 @@ def predict(
     optimizer: str = "adamw_torch",
     inflight: memory_model.InFlight | None = None,
     lora: bool = False,
+    workspace_bytes: int = 0,
 ) -> PeakPrediction:
-    """The predicted peak per rank (module docstring)."""
+    """The predicted peak per rank (module docstring); `workspace_bytes`: cuBLAS's
+    (`cublas_workspace_bytes`), counted with the buffers."""
     flight = inflight or memory_model.InFlight()
     trained = trace.trainable if lora else trace.params
     frozen = trace.params - trained
     states = trained * resident_bytes_per_param(strategy, offload, world_size, dtype, optimizer)
     states += frozen * frozen_bytes_per_param(strategy, world_size, dtype)
-    buffers = buffer_bytes(strategy, offload, world_size, dtype, trace, flight)
+    buffers = buffer_bytes(strategy, offload, world_size, dtype, trace, flight) + workspace_bytes
     forward = states + buffers + trace.activation_bytes + trace.temporary_bytes
     census = memory_model.predicted_gb(
         strategy, offload, world_size, dtype, trace.params if not lora else frozen,
         trained if lora else None, optimizer=optimizer, inflight=flight,
     )  # fmt: skip
     step = (census or 0.0) * GB + step_bytes(strategy, offload, world_size, trained, trace.embedding)
+    step += workspace_bytes
     parts = {
         "model_states": states / GB,
         "activations": trace.activation_bytes / GB,

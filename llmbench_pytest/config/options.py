@@ -278,15 +278,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "max_steps",
         "adaptive measurement: stop after this many steps even if the precision is not reached; the "
-        "result says which it was (default: 100 on GPU, 12 on CPU).",
+        "result says which it was (default: 100 on GPU, 12 on CPU). With a window budget, a mean not "
+        "yet known within --llmbench-max-interval here is measured on while the budget lasts (up to 10 "
+        "times this many steps).",
         _positive_int,
         "N",
     ),
     Setting(
         "window_budget",
         "adaptive measurement: stop once the measured steps add up to this many seconds, even if the "
-        "precision is not reached; the result says which stopped it and the precision reached; 0 for "
-        "no budget (default: 20 on GPU, none on CPU).",
+        "precision is not reached, when the mean is known within --llmbench-max-interval or "
+        "--llmbench-max-steps is reached too; the result says which stopped it and the precision "
+        "reached; 0 for no budget (default: 20 on GPU, none on CPU).",
         _non_negative_float,
         "SECONDS",
     ),

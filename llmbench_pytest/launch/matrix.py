@@ -58,12 +58,15 @@ shows (profile_steps_for)."""
 
 def profile_steps_for(opts: SessionOptions, cuda: bool, world_size: int, offload: str) -> int:
     """Profiled steps run where the report shows what they measure: time in collectives and its
-    exposed part (world size 2 or more on a GPU), the host-device traffic of offload (a GPU);
-    always with --llmbench-profile. A one-GPU run without offload has no collective, and its
-    input copies are counted in the window without a profiler."""
+    exposed part (world size 2 or more on a GPU), the host-device traffic of offload (a GPU), the
+    attention kernels that ran where --llmbench-attention asks for a kernel (a GPU: which one
+    SDPA ran, the default's included, is only seen in the kernels' names); always with
+    --llmbench-profile. A one-GPU run without offload has no collective, and its input copies are
+    counted in the window without a profiler."""
     if opts.profile:
         return PROFILED_STEPS
-    return PROFILED_STEPS if cuda and (world_size >= 2 or offload != "none") else 0
+    attention = opts.attention != ("default",)
+    return PROFILED_STEPS if cuda and (world_size >= 2 or offload != "none" or attention) else 0
 
 
 def _measurement_fields(opts: SessionOptions, cuda: bool) -> dict[str, Any]:

@@ -102,7 +102,8 @@ def format_table(model: str, gpu_name: str, capacity: float, gpus: int, batch: i
         "GB per GPU (1e9 bytes). Predicted peak: model states resident at the end of forward, a traced",
         f"step's activations and temporaries, the strategy's buffers; reserved = allocated x "
         f"{RESERVED_OVER_ALLOCATED}.",
-        "Checked against 96 measured GPU runs: docs/results/2026-11-25-peak-prediction in the repository.",
+        "Checked against every measured GPU run in the repository's docs/results: the table and its figures",
+        "in docs/results/2026-11-25-peak-prediction (tools/peak_table.py remakes them).",
     ]
     return "\n".join(lines)
 

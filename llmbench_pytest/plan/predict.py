@@ -1,18 +1,45 @@
 """A RunSpec's predicted peak per rank: its step traced (worker/step_trace.py), its strategy's
 states and buffers added (analysis/peak_model.py). Imports torch and transformers: called by a
 rank before it builds its model, by `llmbench plan` and by tools/peak_table.py, never at
-pytest's start-up."""
+pytest's start-up.
+
+Two things a rank computes differently from the module models.build_model builds, which the trace
+is made to follow (`gpu_compute`, while the step is traced and never after):
+
+- LoRA adapters in 16 bits where the strategy computes in 16 bits. peft upcasts the adapters to
+  fp32 (get_peft_model's autocast_adapter_dtype), and the adapted layer then casts its input to
+  fp32 before the adapter: an fp32 copy of each adapted layer's input saved for backward. On the
+  GPU FSDP's param_dtype and DeepSpeed's bf16/fp16 module cast the adapters to 16 bits, and no
+  such copy exists: on mistral-7b (batch 4 x 1024, 4 adapted projections a layer) the trace held
+  8.6 GB of them, the whole of the 20% the fsdp and zero2 LoRA runs measured below the prediction
+  (docs/results/2026-11-25-peak-prediction). Under DDP's autocast the adapters stay fp32 on the
+  GPU too, as traced.
+- DeepSpeed's linear under ZeRO-3, which replaces torch.nn.functional.linear for the process while
+  its engine runs (deepspeed/runtime/zero/linear.py: LinearFunctionForZeroStage3 saves its input and
+  weight for backward whether the weight is trained or not). For a fully trained model that saves
+  what torch's linear saves; for a frozen base (LoRA) it saves the input of every frozen layer too
+  (mistral-7b LoRA: 26.6 GB of activations against 21.8 with torch's linear).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
+import dataclasses
+import functools
+import os
+from typing import TYPE_CHECKING, Any
 
 from ..analysis import memory_model, peak_model
 from ..config.presets import resolve_model
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ..config.presets import ModelPreset
     from ..config.spec import RunSpec
+
+ADAPTERS_16BIT = "LoRA adapters in 16 bits"
+DEEPSPEED_LINEAR = "DeepSpeed's ZeRO-3 linear"
 
 
 def inflight(spec: RunSpec, hidden_size: int, embedding: int) -> memory_model.InFlight:
@@ -31,14 +58,107 @@ def inflight(spec: RunSpec, hidden_size: int, embedding: int) -> memory_model.In
     )
 
 
-def predict_spec(spec: RunSpec, preset: ModelPreset | None = None) -> peak_model.PeakPrediction:
-    """Raises worker.step_trace.TraceUnavailable where this torch cannot trace the step."""
+def gpu_compute(spec: RunSpec, deepspeed_linear: bool | None = None) -> tuple[str, ...]:
+    """What the trace is made to follow of how the rank computes (module docstring).
+    `deepspeed_linear`: None, where the strategy runs it (DeepSpeed's ZeRO-3); True or False to ask
+    (a run measured with the linear an earlier ZeRO-3 left in the process: plan/validate.py)."""
+    from ..worker.step_trace import compute_mode
+
+    out = []
+    if spec.workload == "lora" and compute_mode(spec.strategy, spec.dtype) == "half":
+        out.append(ADAPTERS_16BIT)
+    if deepspeed_linear is None:
+        deepspeed_linear = spec.info.family == "deepspeed" and spec.info.zero_stage == 3
+    if deepspeed_linear:
+        out.append(DEEPSPEED_LINEAR)
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def _computing(what: tuple[str, ...]) -> Iterator[None]:
+    """While the step is traced: `gpu_compute`'s changes, put back after, whatever happens (a
+    rank traces before it builds its model: nothing of this may outlive the trace)."""
+    from torch.nn import functional
+
+    linear = functional.linear
+    peft: Any = None
+    if ADAPTERS_16BIT in what:
+        import peft
+
+        get_peft_model = peft.get_peft_model
+
+        def adapters_as_built(*args: Any, **kwargs: Any) -> Any:
+            kwargs["autocast_adapter_dtype"] = False  # left in the precision the trace builds in
+            return get_peft_model(*args, **kwargs)
+
+        peft.get_peft_model = adapters_as_built  # models.build_lora imports it when it is called
+    if DEEPSPEED_LINEAR in what:
+        functional.linear = _linear_saving_input_and_weight()
+    try:
+        yield
+    finally:
+        functional.linear = linear
+        if peft is not None:
+            peft.get_peft_model = get_peft_model
+
+
+@functools.cache
+def _linear_saving_input_and_weight() -> Any:
+    """DeepSpeed's zero3_linear_wrap as far as memory goes: LinearFunctionForZeroStage3 saves the
+    input, weight and bias for backward, whichever of them needs a gradient (torch's linear saves
+    the input only where the weight is trained). Defined here: `llmbench plan` needs no DeepSpeed."""
+    import torch
+
+    class SavesInputAndWeight(torch.autograd.Function):
+        @staticmethod
+        def forward(
+            ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+        ) -> torch.Tensor:
+            ctx.save_for_backward(x, weight, bias)
+            if x.dim() == 2 and bias is not None:
+                return torch.addmm(bias, x, weight.t())
+            out = x.matmul(weight.t())
+            if bias is not None:
+                out += bias  # in place, as DeepSpeed's: under autocast the output stays in 16 bits
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+            x, weight, bias = ctx.saved_tensors
+            flat = grad.reshape(-1, grad.shape[-1])
+            grad_x = grad.matmul(weight) if ctx.needs_input_grad[0] else None
+            grad_w = flat.t().matmul(x.reshape(-1, x.shape[-1])) if ctx.needs_input_grad[1] else None
+            grad_b = flat.sum(0) if bias is not None and ctx.needs_input_grad[2] else None
+            return grad_x, grad_w, grad_b
+
+    def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return SavesInputAndWeight.apply(x, weight, bias)
+
+    return linear
+
+
+def predict_spec(
+    spec: RunSpec,
+    preset: ModelPreset | None = None,
+    capability_major: int | None = None,
+    *,
+    deepspeed_linear: bool | None = None,
+) -> peak_model.PeakPrediction:
+    """Raises worker.step_trace.TraceUnavailable where this torch cannot trace the step.
+    `capability_major`: the GPU's (None: unknown, as for `llmbench plan`), for cuBLAS's workspaces;
+    `deepspeed_linear`: see `gpu_compute`."""
     from ..worker.step_trace import TraceUnavailable, trace_step
 
     if spec.compile:
         raise TraceUnavailable("torch.compile saves other tensors than the traced eager step: not predicted")
     preset = preset or resolve_model(spec.model, spec.model_config)
-    trace = trace_step(spec, preset)
+    what = gpu_compute(spec, deepspeed_linear)
+    if what:
+        # the trace's caches key on the preset's name among the rest: the name says what was followed
+        with _computing(what):
+            trace = trace_step(spec, dataclasses.replace(preset, name=f"{preset.name} ({', '.join(what)})"))
+    else:
+        trace = trace_step(spec, preset)
     hidden = int(
         preset.config.get("hidden_size") or preset.config.get("d_model") or preset.config.get("n_embd") or 0
     )
@@ -46,4 +166,7 @@ def predict_spec(spec: RunSpec, preset: ModelPreset | None = None) -> peak_model
         spec.strategy, spec.offload, spec.world_size, spec.dtype, trace,
         optimizer=spec.optimizer, inflight=inflight(spec, hidden, trace.embedding),
         lora=spec.workload == "lora",
+        workspace_bytes=peak_model.cublas_workspace_bytes(
+            spec.device, capability_major, os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        ),
     )  # fmt: skip

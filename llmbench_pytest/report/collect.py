@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..results.liveness import judge_running
-from ..results.schema import RESULT_FILE
+from ..results.schema import RESULT_FILE, current_fields
 from ..results.storage import is_session_folder
 
 SUMMARY_DIR = "summary"
@@ -204,7 +204,7 @@ def read_run(path: Path) -> Run:
         raise ReportError(f"{path}: {what} ({exc.msg} at line {exc.lineno}); left out") from None
     if not isinstance(data, dict) or "strategy" not in data:
         raise ReportError(f"{path}: not an llmbench result (no 'strategy' field); left out")
-    return Run(path, judged(path, data))
+    return Run(path, judged(path, current_fields(data)))
 
 
 def judged(path: Path, data: dict[str, Any]) -> dict[str, Any]:

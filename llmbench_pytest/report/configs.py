@@ -203,8 +203,9 @@ class Config:
         return self.mean("step_time_std_sec")
 
     @property
-    def step_time_cv(self) -> float | None:
-        return self.mean("step_time_cv")
+    def step_cv_in_run(self) -> float | None:
+        """The coefficient of variation of the step times within each run, averaged over the runs."""
+        return self.mean("step_cv_in_run")
 
     @property
     def window(self) -> tuple[float | None, str | None]:

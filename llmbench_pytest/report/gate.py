@@ -59,6 +59,7 @@ from ..config.gate_bounds import (
     parse_bound,
     parse_gate_bounds,
 )
+from ..results.schema import current_fields
 from .collect import ReportError, find_result_files
 from .gate_history import History, judge_history, load_history
 from .gate_result import MOST_REPEATS, Change, GateResult
@@ -287,7 +288,7 @@ def gate_session(
     runs in the pytest-benchmark storage. Returns (exit code, lines for the terminal summary)."""
     bounds = bounds or GateBounds()
     try:
-        results = [json.loads(Path(p).read_text()) for p in result_paths if Path(p).exists()]
+        results = [current_fields(json.loads(Path(p).read_text())) for p in result_paths if Path(p).exists()]
         current = records_from_results(results)
         history = None
         if bounds.history:

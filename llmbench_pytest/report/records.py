@@ -104,7 +104,8 @@ class Record:
         return self.status == "ok" and self.tokens_per_sec is not None
 
     @property
-    def step_time_cv(self) -> float | None:
+    def step_cv_in_run(self) -> float | None:
+        """The coefficient of variation of the step times within the run (not between runs)."""
         if self.step_time_std is None or not self.step_time:
             return None
         return self.step_time_std / self.step_time
@@ -120,7 +121,7 @@ class Record:
         """The measured relative spread of step time (and tokens/s), and what it is."""
         if self.repeat_step_time_cv is not None:
             return self.repeat_step_time_cv, f"spread of {self.repeats} repeats"
-        return self.step_time_cv, "step-time CV"
+        return self.step_cv_in_run, "step-time CV within the run"
 
 
 @dataclass

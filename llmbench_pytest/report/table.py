@@ -178,7 +178,7 @@ def summary_rows(
                 c.world_size,
                 fmt.tokens(c.tokens_per_sec),
                 fmt.seconds(c.step_time),
-                fmt.pct(c.step_time_cv),
+                fmt.pct(c.step_cv_in_run),
                 window_cell(c),
                 mem,
                 scaling_cell(c, scaling.get(c.key)),
@@ -199,8 +199,8 @@ def notes(configs: Sequence[Config]) -> list[str]:
     if any(c.key.fp8 != "none" and c.mfu is not None for c in configs):
         out.append(FP8_MFU_NOTE + ".")
     out.append(
-        "step CV: the coefficient of variation of the step times within the run (the step_time_cv "
-        "check compares runs: the repeats of --llmbench-repeat, or the epochs)."
+        "step CV: the coefficient of variation of the step times within the run (step_cv_in_run; "
+        "the step_time_cv check compares runs: the repeats of --llmbench-repeat, or the epochs)."
     )
     out.append(
         "mean +-: the 95% interval of the mean step time, as a share of it; after it, what ended the "

@@ -179,7 +179,7 @@ def _step_spread(s: StepStats, times: list[float], ok: bool) -> dict[str, Any]:
         "step_time_min_sec": _finite(s.min) if ok else None,
         "step_time_max_sec": _finite(s.max) if ok else None,
         "step_time_std_sec": _finite(s.std) if ok else None,
-        "step_time_cv": _finite(s.cv) if ok else None,
+        "step_cv_in_run": _finite(s.cv) if ok else None,
         "step_time_jitter": _finite_values(jitter.to_dict()) if jitter else None,
         "step_time_mean_interval": _finite_values(interval.to_dict()) if interval else None,
     }

@@ -36,6 +36,24 @@ written for it keep working; everything llmbench adds follows them."""
 
 GB = 1e9  # result files use decimal GB, as the benchmark card does (13.96808448 GB)
 
+RENAMED_FIELDS = {"step_time_cv": "step_cv_in_run"}
+"""Fields renamed since result files were first written, old name: today's. `step_time_cv` was the
+coefficient of variation of the step times within one run, the name the `step_time_cv` check (which
+compares runs) also has; files written before the rename still read through `current_fields`."""
+
+
+def current_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A result document with every renamed field under today's name: a file written before a
+    rename reads as one written today (a field under both names keeps today's value)."""
+    if not any(old in data for old in RENAMED_FIELDS):
+        return data
+    out = dict(data)
+    for old, new in RENAMED_FIELDS.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    return out
+
 
 class RunResult(Mapping[str, Any]):
     """A result.json document with its location; fields read as keys or attributes."""

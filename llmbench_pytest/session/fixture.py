@@ -43,6 +43,10 @@ log = logging.getLogger("llmbench")
 TRIAL_STEPS = 3
 """Measured steps of one batch-search trial: enough for tokens/s, short enough to try many sizes."""
 
+UNFIT = "predicted not to fit"
+"""How worker/run.refuse_unfit's refusal begins: a batch-search trial it refused is a batch that does
+not fit (unless --llmbench-run-unfit, which the trials keep from the session, runs it anyway)."""
+
 
 class ForwardProgress(logging.Handler):
     """In-process and in-rank sessions: the run's progress records, to the progress display."""
@@ -257,6 +261,11 @@ class LlmbenchFixture:
             m = self._measure(paths, self._meta(), spec)
             data = build_result(spec, m, {})
             predictions[batch] = data.get("peak_prediction")
+            if m.status == "unavailable" and UNFIT in (m.error or ""):
+                # refused before anything was allocated (worker/run.refuse_unfit): a data point the
+                # search goes down from, as from an out-of-memory error, not a reason to skip it
+                log.info("batch search %s: batch %d predicted not to fit", spec.name, batch)
+                return batch_search.Trial(batch, False, "predicted unfit", None, None, (m.error or "")[:200])
             if m.status == "unavailable":
                 pytest.skip(f"{spec.name}: {m.error}")
             if m.status not in ("ok", "oom"):
@@ -286,11 +295,13 @@ class LlmbenchFixture:
     ) -> int:
         """On a GPU the search starts where the configured batch's prediction says the largest fitting
         batch is (plan/predict.py), not from an OOM: its first trial, at the configured batch, records
-        the prediction. On a CPU the prediction is a GPU's: it starts at the configured batch."""
+        the prediction, whether it ran or was refused as predicted not to fit (then it costs no
+        more than the trace). On a CPU the prediction is a GPU's: it starts at the configured batch."""
         start = self.spec.per_device_batch
         if self.spec.device != "cuda":
             return start
-        if not limit or try_batch(start).status != "ok":  # try_batch keeps the trial for the search
+        # try_batch keeps the trial for the search
+        if not limit or try_batch(start).status not in ("ok", "predicted unfit"):
             return start
         hint = peak_model.largest_batch(predictions.get(start), start, limit)
         return min(hint, cap) if hint else start

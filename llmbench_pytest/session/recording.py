@@ -25,7 +25,7 @@ EXTRA_KEYS = (
     "tokens_per_sec",
     "samples_per_sec",
     "mean_step_time_sec",
-    "step_time_cv",
+    "step_cv_in_run",
     "step_time_std_sec",
     "peak_vram_gb",
     "peak_reserved_gb",

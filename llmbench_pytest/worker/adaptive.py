@@ -5,8 +5,12 @@ spec.min_steps, then until the mean step time is known to +-spec.precision (the 
 analysis/stats.mean_interval: outliers clipped, correlated steps allowed for), or until the
 finished steps add up to spec.window_budget_s with the mean known at least to
 +-spec.budget_precision (a jittery configuration would otherwise run to the cap for little more
-precision; one known worse than the bound it is judged by runs on), at most spec.steps.
-result.json says which stopped it and the precision reached.
+precision; one known worse than the bound it is judged by runs on), at most spec.steps. With a
+budget, the cap does not end a window whose mean is known worse than that bound either: it goes
+on while the budget lasts (up to PAST_CAP times the cap), as the encoder-decoder's epochs do
+(epoch_loop.py). Short steps reach the cap long before the budget: on 1x H100 (2026-11-26) a tiny
+model's 16 ms steps reached the 100-step cap after 1.8 s known to +-11.0%, and its healthy run
+failed mean_interval at +-10%. result.json says which stopped it and the precision reached.
 
 The decision is taken at check points, the same step numbers on every rank: each rank hands in
 the steps its device has finished (CUDA events are asked, never waited for, so the window has no
@@ -36,6 +40,10 @@ FIXED, PRECISION, CAP, BUDGET = "fixed", "precision", "cap", "budget"
 window's time budget spent first."""
 STOPPED_BY = {FIXED: "a fixed count", PRECISION: "precision reached", CAP: "the cap reached",
               BUDGET: "the time budget spent"}  # fmt: skip
+PAST_CAP = 10
+"""How far past its cap a budgeted window may go (in multiples of the cap) while its mean is known
+worse than the bound it is judged by: the budget ends it first unless steps take under
+budget_s / (PAST_CAP x cap) seconds (20 ms on a GPU's defaults)."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +58,13 @@ class StopRule:
     """Adaptive: stop at the first check point where the finished steps add up to this many seconds
     (0: no budget, only the precision and the cap stop the window)..."""
     budget_precision: float = 0.10
-    """... and the mean is known to this: short of it the window goes on to the cap, so that the
-    mean_interval check can judge what the budget stopped."""
+    """... and the mean is known to this: short of it the window goes on, past the cap while the
+    budget lasts, so that the mean_interval check can judge what the budget stopped."""
+
+    @property
+    def last(self) -> int:
+        """The most steps the window can hold: the cap, or PAST_CAP times it with a budget."""
+        return self.cap * PAST_CAP if self.adaptive and self.budget_s > 0 else self.cap
 
     @classmethod
     def of(cls, spec: RunSpec) -> StopRule:
@@ -68,10 +81,10 @@ class StopRule:
 
     def checks_at(self, done: int) -> bool:
         """Whether the step numbered `done` (1-based) ends with a check point."""
-        if done >= self.cap:
+        if done >= self.last:
             return False  # the window closes here anyway
         if self.adaptive:
-            return done >= self.min_steps and (done - self.min_steps) % self.every == 0
+            return done >= self.min_steps and ((done - self.min_steps) % self.every == 0 or done == self.cap)
         return done % self.every == 0
 
     def plan(self) -> dict[str, Any]:
@@ -86,6 +99,7 @@ class StopRule:
             "check_every": self.every,
             "budget_s": self.budget_s or None,
             "budget_precision": self.budget_precision if self.budget_s else None,
+            "steps_past_cap_up_to": self.last if self.last > self.cap else None,
         }
 
 
@@ -103,23 +117,29 @@ def read(ctx: DistContext, clock: StepClock, rule: StopRule) -> Reading:
     (adaptive), else this rank's own (a progress estimate only, no collective)."""
     done = clock.completed()
     durations = clock.durations(done)
-    times = gather_steps(ctx, done, durations, rule.cap) if rule.adaptive else durations
+    times = gather_steps(ctx, done, durations, rule.last) if rule.adaptive else durations
     interval = mean_interval(times)
     mean = sum(times) / len(times) if times else None
     return Reading(len(times), mean, interval.relative if interval is not None else None)
 
 
-def stop_reason(rule: StopRule, steps: int, precision: float | None, elapsed_s: float) -> str | None:
-    """Whether an adaptive window stops at a check point with `steps` finished steps that took
-    `elapsed_s` between them: PRECISION, BUDGET, or None to go on. Every rank passes the same
-    gathered figures, so every rank decides the same."""
+def stop_reason(
+    rule: StopRule, steps: int, precision: float | None, elapsed_s: float, done: int = 0
+) -> str | None:
+    """Whether an adaptive window stops at a check point after step `done`, with `steps` finished
+    steps that took `elapsed_s` between them: PRECISION, BUDGET, CAP (at or past the cap, the mean
+    known within the bound it is judged by), or None to go on. Every rank passes the same figures,
+    so every rank decides the same."""
     if not rule.adaptive or steps < rule.min_steps:
         return None
     if precision is not None and precision <= rule.target:
         return PRECISION
     within = precision is not None and precision <= rule.budget_precision
-    if rule.budget_s and elapsed_s >= rule.budget_s and within:
+    spent = bool(rule.budget_s) and elapsed_s >= rule.budget_s
+    if spent and (within or done >= rule.cap):
         return BUDGET
+    if done >= rule.cap and (within or not rule.budget_s):
+        return CAP
     return None
 
 
@@ -129,7 +149,7 @@ def check_point(
     """Read the finished steps, report progress, and say whether to stop after step `done`
     (PRECISION or BUDGET) or go on (None)."""
     reading = read(ctx, clock, rule)
-    fields: dict[str, Any] = {"phase": "measuring", "step": done, "steps": rule.cap}
+    fields: dict[str, Any] = {"phase": "measuring", "step": done, "steps": max(rule.cap, done)}
     if rule.adaptive:
         fields["min_steps"] = rule.min_steps
     if reading.precision is not None:
@@ -138,8 +158,11 @@ def check_point(
         fields["tokens_per_sec"] = round(tokens_per_step / reading.mean, 2)
     mean = f"{reading.mean:.4g} s" if reading.mean else "n/a"
     where = f"+-{reading.precision:.1%}" if reading.precision is not None else "(no interval yet)"
-    note(log, logging.INFO, fields, "step %d/%d: mean step time %s %s over %d finished steps",
-         done, rule.cap, mean, where, reading.steps)  # fmt: skip
+    past = ""
+    if done > rule.cap:
+        past = " (past the cap: the mean is not yet known within the bound it is judged by)"
+    note(log, logging.INFO, fields, "step %d/%d: mean step time %s %s over %d finished steps%s",
+         done, rule.cap, mean, where, reading.steps, past)  # fmt: skip
     # the gathered steps' sum, not this rank's clock: the same figure on every rank
     elapsed = reading.mean * reading.steps if reading.mean else 0.0
-    return stop_reason(rule, reading.steps, reading.precision, elapsed)
+    return stop_reason(rule, reading.steps, reading.precision, elapsed, done)

@@ -13,6 +13,7 @@ NVML samples the GPU in a background thread for the length of the window.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -215,7 +216,8 @@ def timed_loop(
     trace_path: Path | None = None,
 ) -> LoopSamples:
     accum = spec.grad_accum
-    feed = Feed(batches, ctx.device)
+    # the batches made for the cap come round again when a budgeted window goes past it (adaptive.py)
+    feed = Feed(itertools.cycle(batches), ctx.device)
 
     warmup_losses = []
     warmup_step_s = []
@@ -236,7 +238,7 @@ def timed_loop(
     step_losses: list[torch.Tensor] = []
     stopped = FIXED if not rule.adaptive else CAP
     window.open(feed)
-    for i in range(rule.cap):
+    for i in range(rule.last):
         if i == 0:
             maybe_inject(spec, ctx.rank)
         window.clock.begin()
@@ -245,7 +247,7 @@ def timed_loop(
         window.clock.end()
         step_losses.append(loss)
         # the launcher's heartbeat (written at most once a second); costs microseconds
-        beat = {"phase": "measuring", "step": i + 1, "steps": rule.cap}
+        beat = {"phase": "measuring", "step": i + 1, "steps": max(rule.cap, i + 1)}
         log.debug("step %d/%d", i + 1, rule.cap, extra={"progress": beat})
         why = None
         if rule.checks_at(i + 1):

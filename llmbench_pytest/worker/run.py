@@ -163,7 +163,7 @@ def _train(
     """Build, wrap, feed and measure; what must be released later goes into `held`."""
     preset = resolve_model(spec.model, spec.model_config)
     with _timed(phases, "predict_sec"):
-        predicted, record = _predict_peak(spec, preset, log)
+        predicted, record = _predict_peak(spec, preset, log, ctx.device)
     held["summary"] = {"predicted_peak": record}
     refuse_unfit(spec, ctx.device, predicted)
     with _timed(phases, "build_sec"):
@@ -199,15 +199,16 @@ def _train(
 
 
 def _predict_peak(
-    spec: RunSpec, preset: Any, log: logging.Logger
+    spec: RunSpec, preset: Any, log: logging.Logger, device: torch.device
 ) -> tuple[PeakPrediction | None, dict[str, Any]]:
     """The peak predicted before the model exists (plan/predict.py; traced once per model, shape and
     precision in this process), recorded beside the measured one. A configuration the trace cannot
     follow is recorded with the reason and runs as it would have."""
     from ..plan.predict import predict_spec
 
+    major = torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else None
     try:
-        predicted = predict_spec(spec, preset)
+        predicted = predict_spec(spec, preset, major)
     except Exception as exc:
         log.info("%s: no peak prediction: %s", spec.name, exc)
         return None, {"error": f"{type(exc).__name__}: {exc}"[:500]}

@@ -2,9 +2,11 @@
 
 The model is built by the run's own builder (models.build_model: the same config, workload, LoRA
 adapters, checkpointing and loss) under torch's FakeTensorMode, so no weight is allocated or
-drawn, and one forward and backward runs under torch's memory tracker
-(torch.distributed._tools.mem_tracker.MemTracker), which files every live tensor as parameter,
-gradient, activation, temporary or optimizer state and records the peak. A 1B model at batch 8 and
+drawn, and one forward and backward runs under this module's own dispatch mode (`LiveBytes`), which
+counts the bytes of every storage an operator creates until it is freed, the parameters and their
+gradients apart, and records the peak. torch's memory tracker
+(torch.distributed._tools.mem_tracker.MemTracker) is not used: it files tensors the same way but
+scans every tracked tensor at every operator (75 s for a 7B LoRA step). A 1B model at batch 8 and
 2048 tokens traces in about 3.5 s on one CPU core; nothing is allocated but Python objects.
 
 What the trace holds at its peak beyond the parameters and gradients (activations and temporaries:
@@ -16,8 +18,16 @@ torch has no fake CUDA device), with the compute precision the strategy uses on 
 - "half": weights in the run's 16-bit precision (FSDP's param_dtype, DeepSpeed's bf16/fp16 module);
 - "fp32": no mixed precision.
 
-Where this torch has no memory tracker (it arrived in torch 2.5) the trace is unavailable and the
-prediction says so; nothing else is estimated in its place.
+The trace needs torch's FakeTensorMode, TorchDispatchMode and
+Tensor.register_post_accumulate_grad_hook (all in torch 2.1 on; llmbench requires torch 2.6). Where
+FakeTensorMode cannot be imported TraceUnavailable is raised (plan/predict.py raises it for a
+compiled run too): a rank records it, or any other error of the trace, in place of its prediction
+and runs as it would have, and `llmbench plan` says why in one line. Nothing else is estimated in
+its place.
+
+plan/predict.py makes the trace follow two things a GPU rank computes differently from the module
+the builder makes (LoRA adapters cast to 16 bits by FSDP and DeepSpeed, DeepSpeed's ZeRO-3 linear):
+see its docstring.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ _HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class TraceUnavailable(Exception):
-    """This torch cannot trace a step's memory (no MemTracker), or the model cannot be traced."""
+    """This torch cannot trace a step's memory (no FakeTensorMode), or the model cannot be traced."""
 
 
 def compute_mode(strategy: str, dtype: str) -> str:
@@ -108,8 +118,11 @@ def _trace(spec: RunSpec, preset: ModelPreset, mode: str) -> StepTrace:
 def _adapters_stay_put() -> Iterator[None]:
     """peft moves each new adapter to its base layer's device and dtype with Module.to, which a
     fake parameter refuses (it swaps tensors, and the fake mode holds a weak reference to each).
-    The adapters are already on the CPU in the default dtype the trace set; a few MB of them in
-    fp32 or 16 bits changes nothing the trace measures."""
+    The adapters are already on the CPU, built in the default dtype the trace set; peft then
+    upcasts them to fp32 (get_peft_model's autocast_adapter_dtype), as a DDP rank keeps them. Their
+    own few MB change nothing the trace measures; the fp32 copies of their inputs that follow do,
+    and where the GPU computes the adapters in 16 bits plan/predict.py builds them without the
+    upcast."""
     try:
         from peft.tuners.tuners_utils import BaseTunerLayer
     except ImportError:
@@ -168,8 +181,9 @@ class LiveBytes(TorchDispatchMode):
     Each new storage is counted when an operator returns it and uncounted when it is freed (a
     weakref finalizer: torch keeps one Python object per live storage). `peak` is the largest
     `current`; a parameter's gradient moves to `grads` once it is accumulated, so `current` holds
-    activations and temporaries only. torch's MemTracker does the same and more, but scans every
-    tracked tensor on every operator: 75 s for a 7B LoRA step against a few seconds here."""
+    activations and temporaries only. torch's MemTracker (torch.distributed._tools.mem_tracker)
+    does the same and more, but scans every tracked tensor on every operator: 75 s for a 7B LoRA
+    step against a few seconds here; it is not used."""
 
     def __init__(self, params: list[torch.Tensor]) -> None:
         super().__init__()
@@ -234,13 +248,3 @@ def _counts(module: torch.nn.Module, block_classes: tuple[type, ...]) -> dict[st
         "outside_blocks": params - sum(in_blocks),
         "embedding": max(embeddings, default=0),
     }
-
-
-def _by_kind(snapshot: dict[Any, dict[Any, int]]) -> dict[str, int]:
-    """MemTracker's snapshot per device, summed over devices, keyed by the kind's name."""
-    out: dict[str, int] = {}
-    for per_kind in snapshot.values():
-        for kind, n in per_kind.items():
-            name = getattr(kind, "value", kind)
-            out[str(name)] = out.get(str(name), 0) + int(n)
-    return out

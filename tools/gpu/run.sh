@@ -21,7 +21,7 @@ for f in sorted(glob.glob(sys.argv[1] + "/[0-9]*-*/*_results/result.json") + glo
     d = json.load(open(f))
     c = d.get("communication") or {}
     print(f"{d['strategy']:>14} ws{d['world_size']} seq{d['seq_len']} b{d['per_device_batch']} {d['status']:>5} tok/s {d['tokens_per_sec'] or 0:>9.0f} "
-          f"mfu {d['mfu'] or 0:.3f} cv {d['step_time_cv'] or 0:.3f} peak {d['peak_vram_gb'] or 0:.1f} "
+          f"mfu {d['mfu'] or 0:.3f} cv {d.get('step_cv_in_run', d.get('step_time_cv')) or 0:.3f} peak {d['peak_vram_gb'] or 0:.1f} "
           f"state {d['model_state_gb'] or 0:.2f}/{d['model_state_predicted_gb'] or 0:.2f} "
           f"comm {c.get('comm_sec_per_step') or 0:.3f} exp {c.get('comm_exposed_sec_per_step') or 0:.3f} "
           f"bus {c.get('bus_gbps') or 0:.0f} h2d {d['h2d_gbps_per_gpu'] or 0:.2f}/{d['h2d_link_gbps'] or 0:.1f} "
