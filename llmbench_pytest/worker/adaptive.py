@@ -83,8 +83,10 @@ class StopRule:
         """Whether the step numbered `done` (1-based) ends with a check point."""
         if done >= self.last:
             return False  # the window closes here anyway
+        if self.adaptive and done >= self.cap:  # past the cap, fewer: each reads every step so far
+            return (done - self.cap) % max(self.every, self.cap // 5) == 0
         if self.adaptive:
-            return done >= self.min_steps and ((done - self.min_steps) % self.every == 0 or done == self.cap)
+            return done >= self.min_steps and (done - self.min_steps) % self.every == 0
         return done % self.every == 0
 
     def plan(self) -> dict[str, Any]:

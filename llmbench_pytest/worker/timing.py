@@ -19,6 +19,8 @@ class StepClock:
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self._marks: list[tuple[object, object]] = []
+        self._seconds: list[float] = []
+        """Durations of the first steps, read once: a check point asks again for every step so far."""
         self._open: object | None = None
         self._done = 0
         self._window_start = 0.0
@@ -64,10 +66,13 @@ class StepClock:
     def durations(self, count: int | None = None) -> list[float]:
         """Seconds per step of the first `count` steps (all by default); those steps must have
         completed: after end_window(), or as many as completed() says."""
-        marks = self._marks if count is None else self._marks[:count]
-        if self.cuda:
-            return [s.elapsed_time(e) / 1000.0 for s, e in marks]  # type: ignore[attr-defined]
-        return [float(e) - float(s) for s, e in marks]  # type: ignore[arg-type]
+        count = len(self._marks) if count is None else count
+        for s, e in self._marks[len(self._seconds) : count]:
+            if self.cuda:
+                self._seconds.append(s.elapsed_time(e) / 1000.0)  # type: ignore[attr-defined]
+            else:
+                self._seconds.append(float(e) - float(s))  # type: ignore[arg-type]
+        return self._seconds[:count]
 
     @property
     def method(self) -> str:
