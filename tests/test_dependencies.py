@@ -74,10 +74,17 @@ def test_the_package_declares_what_it_imports():
     assert _undeclared(paths, deps | optional) == {}
 
 
+WHERE_INSTALLED = {"scikit-learn", "sklearn"}  # the distribution, or the module where it is absent
+"""Imported by the tests only where it is installed, never needed: tests/conftest.py imports
+scikit-learn before any test for the environment variables it sets on import (a GPU host's image
+has it, and transformers imports it there)."""
+
+
 def test_the_tests_and_tools_declare_what_they_import():
     deps, extras = _declared()
     paths = [*(REPO / "tests").glob("*.py"), *(REPO / "tools").rglob("*.py")]
-    assert _undeclared(paths, deps | extras["test"] | extras["gpu"]) == {}  # tools/measure_overhead: liger
+    allowed = deps | extras["test"] | extras["gpu"] | WHERE_INSTALLED  # tools/measure_overhead: liger
+    assert _undeclared(paths, allowed) == {}
 
 
 def test_the_check_sees_an_undeclared_import(tmp_path):

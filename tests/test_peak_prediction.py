@@ -15,6 +15,10 @@ from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.plan import validate
 from llmbench_pytest.plan.predict import predict_spec
 
+# every test here traces steps: one worker runs them all, so each step is traced once (in-process
+# and in the trace cache) instead of once per worker on the 2-core CI machine
+pytestmark = pytest.mark.xdist_group("step_traces")
+
 REPO = Path(__file__).resolve().parents[1]
 # every pretraining strategy of llama-1b on 1x H100, measured 2026-11-22 (bf16, batch 8 x 2048)
 MATRIX = REPO / "docs/results/2026-11-22-h100-llama-1b-matrix/runs"

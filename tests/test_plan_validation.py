@@ -14,6 +14,10 @@ from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.plan import validate
 from llmbench_pytest.plan.predict import predict_spec
 
+# every test here traces steps: one worker runs them all, so each step is traced once (in-process
+# and in the trace cache) instead of once per worker on the 2-core CI machine
+pytestmark = pytest.mark.xdist_group("step_traces")
+
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "docs/results/2026-11-26-h100-whole-suite/runs"
 
