@@ -136,10 +136,10 @@ def test_the_batch_search_goes_down_from_a_configured_batch_predicted_not_to_fit
     assert "predicted not to fit" in refused.reason
 
 
-@pytest.mark.parametrize("strategy", ["zero2", "zero3"])
-def test_deepspeeds_linear_changes_nothing_where_every_weight_trains(strategy):
+@pytest.mark.parametrize(("strategy", "dtype"), [("zero2", "bf16"), ("zero3", "bf16"), ("zero3", "fp32")])
+def test_deepspeeds_linear_changes_nothing_where_every_weight_trains(strategy, dtype):
     spec = RunSpec(strategy=strategy, model="llama-tiny", seq_len=64, per_device_batch=2, steps=1, warmup=0,
-                   dtype="bf16", device="cuda")  # fmt: skip
+                   dtype=dtype, device="cuda")  # fmt: skip
     torch_linear = predict_spec(spec, deepspeed_linear=False)
     deepspeed_linear = predict_spec(spec, deepspeed_linear=True)
     assert deepspeed_linear.parts["activations"] == torch_linear.parts["activations"]

@@ -222,6 +222,10 @@ def test_llmbench_plan_prints_what_the_readme_says(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.startswith(f"{plans[1][2]} on 8 x "), out.stdout
     assert "x 4096 tokens" in out.stdout.splitlines()[0], out.stdout
+    asked = plans[1][plans[1].index("--strategies") + 1].split(",")
+    cells = [line.split() for line in out.stdout.splitlines()]
+    printed = [c[0] for c in cells if c and c[0] in DEFAULT_STRATEGIES]
+    assert printed == asked, out.stdout  # the strategies asked for, in that order, and no others
     assert (tmp_path / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

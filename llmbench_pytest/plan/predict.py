@@ -68,7 +68,13 @@ def gpu_compute(spec: RunSpec, deepspeed_linear: bool | None = None) -> tuple[st
     if spec.workload == "lora" and compute_mode(spec.strategy, spec.dtype) == "half":
         out.append(ADAPTERS_16BIT)
     if deepspeed_linear is None:
-        deepspeed_linear = spec.info.family == "deepspeed" and spec.info.zero_stage == 3
+        # where every weight trains outside autocast (ZeRO-3's own runs in 16 bits or fp32, LoRA
+        # aside) it saves what torch's linear saves (tests/test_plan_validation.py): the trace of
+        # torch's linear serves, shared with the other strategies (two traces fewer for
+        # `llmbench plan`, one fewer for each ZeRO-3 configuration a rank predicts)
+        zero3 = spec.info.family == "deepspeed" and spec.info.zero_stage == 3
+        amp = compute_mode(spec.strategy, spec.dtype) == "amp"
+        deepspeed_linear = zero3 and (spec.workload == "lora" or amp)
     if deepspeed_linear:
         out.append(DEEPSPEED_LINEAR)
     return tuple(out)
