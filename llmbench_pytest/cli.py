@@ -128,19 +128,17 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"llmbench plan: tracing {args.model} on this CPU ...", file=sys.stderr)
     try:
         from .worker.step_trace import TraceUnavailable
-    except ImportError as exc:  # torch missing, or too old for the trace
-        print(f"llmbench plan: error: cannot trace a step here: {exc}", file=sys.stderr)
-        return 1
-    try:
+
         gpu_name, capacity, rows = plan(
             args.model, args.gpu, args.gpus, strategies, batch=args.batch, seq_len=args.seq_len,
             dtype=args.dtype, workload=args.workload, grad_ckpt=args.grad_ckpt,
         )  # fmt: skip
+    except ImportError as exc:  # torch, transformers or peft missing, or too old for the trace
+        # first: where the import above failed, TraceUnavailable is not bound for the next clause
+        print(f"llmbench plan: error: cannot trace a step here: {exc}", file=sys.stderr)
+        return 1
     except TraceUnavailable as exc:
         print(f"llmbench plan: error: {args.model}'s step cannot be traced: {exc}", file=sys.stderr)
-        return 1
-    except ImportError as exc:  # transformers or peft missing, or too old for the trace
-        print(f"llmbench plan: error: cannot trace a step here: {exc}", file=sys.stderr)
         return 1
     from .config.presets import resolve_model
 

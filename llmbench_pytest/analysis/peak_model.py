@@ -44,6 +44,9 @@ and fragmentation."""
 UNFIT_MARGIN = 0.10
 """A configuration whose predicted peak allocated exceeds the GPU's memory by more than this
 is skipped before it runs (--llmbench-run-unfit runs it anyway)."""
+UNFIT = "predicted not to fit"
+"""How the refusal of such a configuration begins (worker/run.refuse_unfit); the batch search
+(session/fixture.py) reads a trial refused so as a batch that does not fit."""
 
 GB = 1e9
 

@@ -224,10 +224,6 @@ def summary(table: list[Row]) -> dict[str, Any]:
     }
 
 
-MISS_REASONS: dict[tuple[str, str], str] = {}
-"""(model, strategy name) -> why its runs miss, for the misses the table lists (none known now)."""
-
-
 def _name(r: Row, root: Path | None) -> str:
     name = str(r.path)
     if root is not None:
@@ -281,10 +277,7 @@ def markdown(table: list[Row], root: Path | None = None) -> str:
     if not misses:
         lines.append(f"None: every run measured without the defect is within {tol}.")
     for r in misses:
-        sp = r.spec
-        assert sp is not None
-        why = MISS_REASONS.get((sp.model, sp.name), "not explained yet")
-        lines.append(f"- {_name(r, root)}: {r.gap:+.1%}; {why}")
+        lines.append(f"- {_name(r, root)}: {r.gap:+.1%}; not explained yet")
     defect = [r for r in table if r.predicted is not None and r.defect]
     lines += [
         "",

@@ -43,10 +43,6 @@ log = logging.getLogger("llmbench")
 TRIAL_STEPS = 3
 """Measured steps of one batch-search trial: enough for tokens/s, short enough to try many sizes."""
 
-UNFIT = "predicted not to fit"
-"""How worker/run.refuse_unfit's refusal begins: a batch-search trial it refused is a batch that does
-not fit (unless --llmbench-run-unfit, which the trials keep from the session, runs it anyway)."""
-
 
 class ForwardProgress(logging.Handler):
     """In-process and in-rank sessions: the run's progress records, to the progress display."""
@@ -261,7 +257,7 @@ class LlmbenchFixture:
             m = self._measure(paths, self._meta(), spec)
             data = build_result(spec, m, {})
             predictions[batch] = data.get("peak_prediction")
-            if m.status == "unavailable" and UNFIT in (m.error or ""):
+            if m.status == "unavailable" and peak_model.UNFIT in (m.error or ""):
                 # refused before anything was allocated (worker/run.refuse_unfit): a data point the
                 # search goes down from, as from an out-of-memory error, not a reason to skip it
                 log.info("batch search %s: batch %d predicted not to fit", spec.name, batch)

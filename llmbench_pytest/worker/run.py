@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..analysis.peak_model import UNFIT
 from ..config.presets import resolve_model
 from ..results.measurement import Measurement
 from . import env_info, process_settings
@@ -229,7 +230,7 @@ def refuse_unfit(spec: RunSpec, device: torch.device, predicted: PeakPrediction 
         return
     parts = ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in predicted.parts.items())
     raise TechniqueUnavailable(
-        f"predicted not to fit: {predicted.allocated_gb:.2f} GB allocated per rank ({parts} GB) against "
+        f"{UNFIT}: {predicted.allocated_gb:.2f} GB allocated per rank ({parts} GB) against "
         f"the {what} of {limit:.2f} GB. Shard more (zero3, fsdp, offload), lower --llmbench-batch or "
         "turn on --llmbench-grad-ckpt (llmbench plan shows each); --llmbench-run-unfit runs it anyway."
     )
