@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from .config import hardware
+from .config.bytecode import uncached_bytecode_note
 from .config.datasets import DATA_DIR_NAME
 from .config.options import BY_NAME, SETTINGS, SessionOptions
 from .config.ranks import rank_env
@@ -299,7 +300,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             reporter._tw = create_terminal_writer(config, file=open(os.devnull, "w"))
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     s = get_session(config)
     where = {
         "in-rank": f"rank {s.env.rank} of {s.world_size} (torchrun)",
@@ -313,7 +314,11 @@ def pytest_report_header(config: pytest.Config) -> str:
         note = " (--llmbench-world-sizes is ignored under torchrun: the world size is torchrun's)"
     if xdist.is_controller(config):
         note += _xdist_header(config, s)
-    return f"llmbench: {where}; results -> {s.results_dir / s.session_folder}{note}"
+    lines = [f"llmbench: {where}; results -> {s.results_dir / s.session_folder}{note}"]
+    slow_start = uncached_bytecode_note()
+    if slow_start is not None:
+        lines.append(f"llmbench: {slow_start}")
+    return lines
 
 
 def _xdist_header(config: pytest.Config, s: LlmbenchSession) -> str:

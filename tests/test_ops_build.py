@@ -100,3 +100,28 @@ def test_an_op_is_loaded_with_the_environments_ninja_whatever_path_finds_first(t
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert not called.exists(), f"the ninja first on PATH ran: {called.read_text()}"
+
+
+def test_deepspeed_asks_py_cpuinfo_once_per_process(monkeypatch):
+    """CPU Adam's compiler flags ask py-cpuinfo twice per load, the optimizer once more per run,
+    and each answer is a Python process of its own (1.1 s apiece on a GPU host): one is kept."""
+    import cpuinfo
+    from deepspeed.accelerator import get_accelerator
+
+    from llmbench_pytest.worker.ops import ask_cpuinfo_once
+
+    asked = []
+    real = cpuinfo.get_cpu_info
+    # py-cpuinfo's own function, counted; monkeypatch puts it back after the test
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", lambda: asked.append(1) or real())
+    builder = get_accelerator().create_op_builder("CPUAdamBuilder")
+    builder.cxx_args()
+    assert len(asked) >= 2  # unpatched, every question starts py-cpuinfo's process again
+    asked.clear()
+    ask_cpuinfo_once()
+    ask_cpuinfo_once()  # a second run in the same rank keeps the first answer, not a wrapper of it
+    flags = builder.cxx_args()
+    assert builder.cxx_args() == flags and len(asked) == 1
+    first = cpuinfo.get_cpu_info()
+    first["brand_raw"] = "changed by a caller"
+    assert cpuinfo.get_cpu_info()["brand_raw"] != "changed by a caller" and len(asked) == 1

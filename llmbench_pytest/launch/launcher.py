@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 __all__ = ["Launch", "RankPool", "quiet_limit_s", "read_heartbeat", "run_group"]
 
 MEASUREMENT_FILE = "measurement.json"  # worker/main.py writes it; kept in step by tests
-POLL_S = 0.25
+POLL_S = 0.05
+"""How often the launcher looks for the running configuration's measurement and heartbeats: each
+look is a stat and a small read, and a configuration's end waits half of it on average (at 0.25 s,
+4.3 s of the CPU default matrix's 46 s, 2026-11-26)."""
 
 
 @dataclass

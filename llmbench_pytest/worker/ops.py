@@ -79,6 +79,7 @@ def extensions_root() -> Path:
 def prepare_ops(spec: RunSpec, device: torch.device, log: logging.Logger) -> dict[str, Any]:
     """Load (building on first use) the ops this run needs; {op: {sec, compiled, dir}}."""
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if device.type == "cuda" else "cpu")
+    ask_cpuinfo_once()
     import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
     from deepspeed.ops.op_builder.builder import OpBuilder
@@ -92,6 +93,30 @@ def prepare_ops(spec: RunSpec, device: torch.device, log: logging.Logger) -> dic
             continue  # loaded by an earlier run in this process
         out[builder.NAME] = load_op(builder, extensions_root() / builder.NAME, log)
     return out
+
+
+def ask_cpuinfo_once() -> None:
+    """Keep py-cpuinfo's first answer for the rest of the process. DeepSpeed asks it what the CPU
+    is twice per CPU Adam load (its compiler flags) and once per CPU Adam optimizer it creates, and
+    each answer is a new Python process of py-cpuinfo's own: 1.1 s apiece, 4.8 s of a test_pretrain
+    session's single rank on 1x H100 (2026-11-26, docs/results/2026-11-26-h100-pretrain-fresh-host).
+    The CPU does not change under a running process; each caller gets its own copy of the answer."""
+    try:
+        import cpuinfo
+    except ImportError:  # DeepSpeed then fails its own import of it, with its own message
+        return
+    asked = cpuinfo.get_cpu_info
+    if getattr(asked, "llmbench_once", False):
+        return
+    answer: list[dict[str, Any]] = []
+
+    def get_cpu_info() -> dict[str, Any]:
+        if not answer:
+            answer.append(asked())
+        return dict(answer[0])
+
+    get_cpu_info.llmbench_once = True  # type: ignore[attr-defined]
+    cpuinfo.get_cpu_info = get_cpu_info
 
 
 BUILDERS = {"shm_comm": "ShareMemCommBuilder", "cpu_adam": "CPUAdamBuilder", "async_io": "AsyncIOBuilder"}
@@ -109,6 +134,7 @@ def build_ahead(names: list[str], device_type: str, log: logging.Logger) -> dict
     """Build (or find built) the named ops where sessions will look for them, before any session:
     {name: {sec, compiled, dir}, or {error} for an op that cannot be built here}."""
     os.environ.setdefault("DS_ACCELERATOR", device_type)
+    ask_cpuinfo_once()
     import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
 

@@ -18,6 +18,14 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/llmbench-install.log 2>&1 \
   || { echo "editable install failed:"; tail -5 /tmp/llmbench-install.log; }
 export PYTHONUNBUFFERED=1
+# bytecode for the image's own packages: these hosts set PYTHONDONTWRITEBYTECODE=1 and their torch,
+# sympy, numpy and triton carry no .pyc, so every new process compiled them again (14.7 s of a
+# first llama-1b rank on 1x H100, 2026-11-26, docs/results/2026-11-26-h100-pretrain-fresh-host).
+# Files that already have current bytecode are skipped; compileall writes whatever that variable says
+SITE=$(python3 -c 'import importlib.util as u, os; print(os.path.dirname(os.path.dirname(u.find_spec("torch").origin)))')
+start=$(date +%s.%N)
+python3 -m compileall -q -j 0 "$SITE" >/tmp/llmbench-compileall.log 2>&1 || true
+echo "bytecode of $SITE ready in $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 python3 -c "import torch, deepspeed, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'deepspeed', deepspeed.__version__, 'transformers', transformers.__version__)" 2>&1 | tail -1
 python3 - <<'PY'
