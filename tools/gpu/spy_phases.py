@@ -46,7 +46,7 @@ def samples(path: Path):
 
 
 def _name(frame: str) -> str:
-    return frame.split(" (")[0]
+    return frame.split(" (", maxsplit=1)[0]
 
 
 def _where(frame: str) -> str:
