@@ -22,10 +22,14 @@ export PYTHONUNBUFFERED=1
 # sympy, numpy and triton carry no .pyc, so every new process compiled them again (14.7 s of a
 # first llama-1b rank on 1x H100, 2026-11-26, docs/results/2026-11-26-h100-pretrain-fresh-host).
 # Files that already have current bytecode are skipped; compileall writes whatever that variable says
-SITE=$(python3 -c 'import importlib.util as u, os; print(os.path.dirname(os.path.dirname(u.find_spec("torch").origin)))')
-start=$(date +%s.%N)
-python3 -m compileall -q -j 0 "$SITE" >/tmp/llmbench-compileall.log 2>&1 || true
-echo "bytecode of $SITE ready in $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s"
+SITE=$(python3 -c 'import importlib.util as u, os; print(os.path.dirname(os.path.dirname(u.find_spec("torch").origin)))' 2>/dev/null)
+if [ -n "$SITE" ]; then
+  start=$(date +%s.%N)
+  python3 -m compileall -q -j 0 "$SITE" >/tmp/llmbench-compileall.log 2>&1 || true
+  echo "bytecode of $SITE ready in $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s"
+else
+  echo "no torch found: its bytecode is not compiled ahead"
+fi
 nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 python3 -c "import torch, deepspeed, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'deepspeed', deepspeed.__version__, 'transformers', transformers.__version__)" 2>&1 | tail -1
 python3 - <<'PY'
