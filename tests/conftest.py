@@ -64,13 +64,13 @@ FEW_STEPS = ["--llmbench-warmup=1", "--llmbench-steps=3"]
 
 
 RUNS = "results/[0-9]*-*"
+"""The session folders under a test's directory: each pytest session writes its runs into
+results/<started>-<session id>/ (results/latest links to the newest, and is not matched here)."""
 
 GPU_HOST = os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
 """An NVIDIA driver is installed (whether or not this process may see a GPU)."""
 OWN_PROCESS = "LLMBENCH_TEST_OWN_PROCESS"
 """Set in the pytest a test marked own_process_on_gpu runs in: there it runs in-process."""
-"""The session folders under a test's directory: each pytest session writes its runs into
-results/<started>-<session id>/ (results/latest links to the newest, and is not matched here)."""
 
 
 def saved_results(root: Path) -> list[dict]:

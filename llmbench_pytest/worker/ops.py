@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -105,15 +106,12 @@ def ask_cpuinfo_once() -> None:
         import cpuinfo
     except ImportError:  # DeepSpeed then fails its own import of it, with its own message
         return
-    asked = cpuinfo.get_cpu_info
-    if getattr(asked, "llmbench_once", False):
+    if getattr(cpuinfo.get_cpu_info, "llmbench_once", False):
         return
-    answer: list[dict[str, Any]] = []
+    first = functools.cache(cpuinfo.get_cpu_info)
 
     def get_cpu_info() -> dict[str, Any]:
-        if not answer:
-            answer.append(asked())
-        return dict(answer[0])
+        return dict(first())
 
     get_cpu_info.llmbench_once = True  # type: ignore[attr-defined]
     cpuinfo.get_cpu_info = get_cpu_info
