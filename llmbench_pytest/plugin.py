@@ -542,6 +542,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if s is None:
         return
     s.progress.close()
+    if exitstatus != pytest.ExitCode.INTERRUPTED:
+        s.let_ranks_go()
     if s.ops_build is not None:
         s.summary_lines.extend(s.ops_build.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED))
         s.ops_build = None

@@ -14,7 +14,7 @@ from conftest import RUNS, saved_results
 from llmbench_pytest.config.hardware import Hardware
 from llmbench_pytest.config.options import SessionOptions
 from llmbench_pytest.config.spec import RunSpec, SpecError
-from llmbench_pytest.launch.matrix import PROFILED_STEPS, build_matrix, profile_steps_for
+from llmbench_pytest.launch.matrix import COUNTED_STEPS, PROFILED_STEPS, build_matrix, profile_steps_for
 from llmbench_pytest.report.collect import load_results
 from llmbench_pytest.report.configs import group_configs
 from llmbench_pytest.report.table import window_cell
@@ -272,13 +272,13 @@ def test_profiled_steps_run_where_the_report_shows_their_figures():
     opts = SessionOptions()
     assert profile_steps_for(opts, cuda=True, world_size=1, offload="none") == 0  # nothing to show
     assert profile_steps_for(opts, cuda=True, world_size=2, offload="none") == PROFILED_STEPS  # collectives
-    assert (
-        profile_steps_for(opts, cuda=True, world_size=1, offload="cpu") == PROFILED_STEPS
-    )  # offload traffic
+    # offload traffic: bytes a step copies, the same every step; at two ranks collectives too
+    assert profile_steps_for(opts, cuda=True, world_size=1, offload="cpu") == COUNTED_STEPS
+    assert profile_steps_for(opts, cuda=True, world_size=2, offload="cpu") == PROFILED_STEPS
     assert profile_steps_for(opts, cuda=False, world_size=2, offload="cpu") == 0  # CPU: smoke
     # the attention kernels that ran, the default's included, where an attention kernel is asked for
     kernels = SessionOptions(attention=("default", "flash"))
-    assert profile_steps_for(kernels, cuda=True, world_size=1, offload="none") == PROFILED_STEPS
+    assert profile_steps_for(kernels, cuda=True, world_size=1, offload="none") == COUNTED_STEPS
     assert profile_steps_for(kernels, cuda=False, world_size=1, offload="none") == 0
     profiled = SessionOptions(profile=True)
     assert profile_steps_for(profiled, cuda=False, world_size=1, offload="none") == PROFILED_STEPS
@@ -286,7 +286,7 @@ def test_profiled_steps_run_where_the_report_shows_their_figures():
         SessionOptions(strategies=("ddp", "zero2_offload")), hw("cuda"), [1, 2], launched=True
     )
     steps = {e.id.split("-seq")[0]: e.spec.profile_steps for e in entries if e.spec}
-    assert steps == {"ddp-ws1": 0, "zero2_offload-ws1": 2, "ddp-ws2": 2, "zero2_offload-ws2": 2}
+    assert steps == {"ddp-ws1": 0, "zero2_offload-ws1": 1, "ddp-ws2": 2, "zero2_offload-ws2": 2}
     ids = [e.id for e in entries]
     assert ids.index("zero2_offload-ws1-seq2048-llama-1b") < ids.index("ddp-ws2-seq2048-llama-1b")  # ws first
 

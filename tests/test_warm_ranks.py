@@ -182,7 +182,7 @@ def test_a_small_configuration_after_a_big_one_reports_its_own_peak(bench):
 def test_progress_reaches_the_callback_and_the_next_configuration_is_warm(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    # the launcher passes on rank 0's latest heartbeat each time it looks (every 0.25 s): measured
+    # the launcher passes on rank 0's latest heartbeat each time it looks (every 0.05 s): measured
     # steps slowed to 0.4 s each keep the measuring phase in view for 1.6 s, however fast the CPU
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:slow=0.4")
     spec = RunSpec(
@@ -197,8 +197,18 @@ def test_progress_reaches_the_callback_and_the_next_configuration_is_warm(tmp_pa
             run_dir.mkdir(parents=True)
             launch = Launch(run_dir=run_dir, log_path=tmp_path / f"run{k}.log", world_size=1)
             outcomes.append((pool.run(spec, launch, 120.0, str(REPO), seen.append), launch.timings))
+        # the session's end: the ranks leave by themselves once let go, and close() only waits
+        group = pool.group
+        assert group is not None and group.alive
+        pool.let_go()
+        deadline = time.monotonic() + 60
+        while group.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not group.alive, "the ranks did not leave after let_go()"
+        jobs = [json.loads(p.read_text()) for p in sorted(group.dir.glob("job-*.json"))]
     finally:
         pool.close()
+    assert len(jobs) == 3 and jobs[-1] == {"stop": True}, jobs  # close() posted no second stop
     assert [m.status for m, _ in outcomes] == ["ok", "ok"]
     assert [t["ranks"] for _, t in outcomes] == ["fresh", "warm"]
     assert all("message" in beat and "time" in beat for beat in seen)

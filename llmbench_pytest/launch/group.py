@@ -123,6 +123,8 @@ class RankGroup:
         self.dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{self.name}-", dir=root))
         self.agent_log = self.dir / "agent.log"
         self.posted = 0
+        self.leaving = False
+        """A "stop" job was posted: the ranks are on their way out."""
         self.started = time.monotonic()
         env = {**os.environ, LAUNCHER_PID_ENV: str(os.getpid())}
         forked = None
@@ -157,10 +159,19 @@ class RankGroup:
         except OSError:
             return 0
 
+    def ask_to_leave(self) -> None:
+        """Post the "stop" job and return: the ranks leave (they finish their last job first) while
+        this process does its own last work; `stop` then waits. A rank's exit frees what it held,
+        which takes seconds where it pinned host memory (about 3.5 s for 13.5 GB on 1x H100,
+        tools/gpu/pin_speed.py)."""
+        if self.alive and not self.leaving:
+            self.post({"stop": True})
+            self.leaving = True
+
     def stop(self) -> None:
         """Ask the ranks to leave (they finish their last job first), then end what is left."""
         if self.alive:
-            self.post({"stop": True})
+            self.ask_to_leave()
             try:
                 self.proc.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:

@@ -111,7 +111,7 @@ class RankPool:
 
     def _group_for(self, key: tuple[Any, ...], launch: Launch) -> RankGroup:
         group = self.group
-        if group is not None and group.key == key and group.alive:
+        if group is not None and group.key == key and group.alive and not group.leaving:
             launch.timings["ranks"] = "warm"
             return group
         self.close()
@@ -119,6 +119,12 @@ class RankPool:
         self.served = 0
         launch.timings["ranks"] = "fresh"
         return self.group
+
+    def let_go(self) -> None:
+        """No more configurations will come: the current group's ranks start leaving now, and
+        `close` waits for what is left of their exit."""
+        if self.group is not None:
+            self.group.ask_to_leave()
 
     def close(self, graceful: bool = True) -> None:
         """End the current group: graceful lets the ranks leave by themselves first."""

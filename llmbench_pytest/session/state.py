@@ -130,6 +130,12 @@ class LlmbenchSession:
     def dist_started(self) -> bool:
         return self._ctx is not None
 
+    def let_ranks_go(self) -> None:
+        """The session ran its last configuration: warm ranks start leaving while the report and
+        the summary are written (`shutdown` waits for them)."""
+        if self._ranks is not None and not self.interrupted:
+            self._ranks.let_go()
+
     def shutdown(self) -> None:
         """Leave together: torchrun kills the other ranks as soon as one exits with an error,
         so no rank may exit before rank 0 has saved and printed everything. In launcher mode, the
