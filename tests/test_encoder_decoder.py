@@ -365,10 +365,13 @@ def test_past_the_step_cap_epochs_follow_until_the_window_budget_while_the_mean_
     (run,) = runs(encdec_bench.path).values()
     assert run["status"] == "ok", run["error"]
     measured = run["timing"]["measurement"]
-    assert measured["stopped"] == "budget" and len(run["epochs"]) > 4, measured
     assert measured["budget_s"] == 6.0 and measured["max_epochs"] == 4
     walls = [e["wall_sec"] for e in run["epochs"]]
     assert sum(walls[:-1]) < 6.0 <= sum(walls), walls  # the budget was spent by the last epoch, not before
+    # past the cap only while the budget lasts: a machine slow enough to spend it in the first four
+    # epochs (three times slower than this test's usual) stops at the cap, on the budget too
+    past_cap = len(walls) > 4 if sum(walls[:4]) < 6.0 else len(walls) == 4
+    assert measured["stopped"] == "budget" and past_cap, (measured, walls)
     logs = "".join(p.read_text(errors="replace") for p in (encdec_bench.path / "results").rglob("*.log"))
     assert (
         len(re.findall(r"epoch \d+, past the step cap: .* short of the \+-0\.0% it is judged by", logs))

@@ -44,12 +44,14 @@ def test_a_forked_session_has_its_own_folder_environment_command_line_and_proces
 
 def test_a_session_past_its_timeout_is_killed(forked, tmp_path):
     pid_file = tmp_path / "pid"
+    # the session says who it is as soon as pytest reads its conftest, before it collects: a busy
+    # machine's 5 s must not run out before the pid is known
+    forked.makeconftest(f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n")
     forked.makepyfile(
-        test_slow=f"""
-        import os, time
+        test_slow="""
+        import time
 
         def test_slow():
-            open({str(pid_file)!r}, "w").write(str(os.getpid()))
             time.sleep(120)
         """
     )

@@ -50,14 +50,19 @@ def test_a_build_still_running_at_the_end_is_stopped_with_its_children(tmp_path)
     # plain kill of its parent
     child = (
         "import subprocess, sys, time; "
-        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print('started', flush=True); time.sleep(60)"
     )
-    process = subprocess.Popen([sys.executable, "-c", child], start_new_session=True)
-    time.sleep(1.0)
+    process = subprocess.Popen(
+        [sys.executable, "-c", child], start_new_session=True, stdout=subprocess.PIPE, text=True
+    )
+    # the compiler stand-in exists before the session ends, however busy the machine
+    assert process.stdout is not None and process.stdout.readline() == "started\n"
     build = ops_ahead.AheadBuild(["cpu_adam"], process, tmp_path / ops_ahead.JSON_NAME, time.monotonic())
     (line,) = build.finish(interrupted=False)
     assert "still running" in line and "was stopped" in line
     assert process.poll() is not None
+    process.stdout.close()
     assert not _group_alive(process.pid), "the build's process group outlived the session"
 
 

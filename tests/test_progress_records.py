@@ -4,13 +4,20 @@ the "llmbench" logger, the heartbeat file's JSON, and the in-process forwarder."
 from __future__ import annotations
 
 import logging
+import time
+from types import SimpleNamespace
 
 from llmbench_pytest.launch.launcher import read_heartbeat
 from llmbench_pytest.session.fixture import ForwardProgress
+from llmbench_pytest.worker import progress
 from llmbench_pytest.worker.progress import ProgressFile, note, start_clock
 
 
-def test_heartbeat_holds_the_message_the_time_and_the_progress_fields(tmp_path):
+def test_heartbeat_holds_the_message_the_time_and_the_progress_fields(tmp_path, monkeypatch):
+    # the heartbeat's clock, stopped: the once-a-second limit below must not depend on how soon
+    # this process gets the CPU back on a loaded machine
+    now = [1000.0]
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: now[0], time=time.time))
     path = tmp_path / "rank0.progress"
     log = logging.getLogger("llmbench.test.heartbeat")
     log.setLevel(logging.DEBUG)
@@ -24,8 +31,12 @@ def test_heartbeat_holds_the_message_the_time_and_the_progress_fields(tmp_path):
         got = read_heartbeat(path)
         assert got["message"] == "step 12/100" and got["time"] > 0 and got["elapsed_s"] >= 0
         assert {k: got[k] for k in fields} == fields and got["tokens_per_sec"] == 5000.0
+        now[0] += 0.5
         log.debug("step 13/100")  # per-step records: at most one write a second
         assert read_heartbeat(path)["message"] == "step 12/100"
+        now[0] += 0.6
+        log.debug("step 14/100")  # a second after the last write: written
+        assert read_heartbeat(path)["message"] == "step 14/100"
         log.warning("something the launcher should quote")  # a plain record: message only
         assert read_heartbeat(path)["message"] == "something the launcher should quote"
     finally:

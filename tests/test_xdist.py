@@ -109,9 +109,12 @@ def test_under_xdist_a_world_size_too_big_for_a_workers_share_is_skipped_end_to_
 
 
 @TWO_CORES
-def test_two_workers_share_the_node_and_the_controller_reports_once(bench):
+def test_two_workers_share_the_node_and_the_controller_reports_once(bench, monkeypatch):
     # Two items: xdist hands them out one per worker (with four or more it sends consecutive
     # chunks, and the matrix is world-size-major, so both world-size-1 runs would go to gw0).
+    # Each measured step sleeps 0.5 s: the two runs overlap by seconds, which their metadata's
+    # whole-second times tell apart even when one worker starts a second late.
+    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:slow=0.5,zero2:slow=0.5")
     result = bench.runpytest_subprocess(
         "benchmarks",
         "-n",
