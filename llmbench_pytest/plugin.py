@@ -542,13 +542,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if s is None:
         return
     s.progress.close()
-    if exitstatus != pytest.ExitCode.INTERRUPTED:
-        s.let_ranks_go()
+    s.interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    s.let_ranks_go()  # not once interrupted: shutdown then ends the ranks at once
     if s.ops_build is not None:
-        s.summary_lines.extend(s.ops_build.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED))
+        s.summary_lines.extend(s.ops_build.finish(interrupted=s.interrupted))
         s.ops_build = None
-    if exitstatus == pytest.ExitCode.INTERRUPTED:
-        s.interrupted = True
+    if s.interrupted:
         return
     if not s.env.is_writer or not s.result_paths or xdist.is_worker(session.config):
         return  # under pytest-xdist the controller reports and gates, over every worker's runs
