@@ -28,10 +28,28 @@ def spec(**kw) -> RunSpec:
 
 def test_check_points_fall_on_the_same_steps_for_every_rank():
     rule = StopRule.of(spec(steps=30, min_steps=10))
-    assert rule.adaptive and rule.every == 5
-    assert [d for d in range(1, 31) if rule.checks_at(d)] == [10, 15, 20, 25]  # 30: the cap ends it
+    assert rule.adaptive and rule.every == 5 and rule.first_check == 10
+    # each check point is scheduled from what the last one read (gathered: the same on every rank)
+    assert rule.next_check(10, 10, 0.3) == 15 and rule.next_check(25, 25, 0.3) == 30  # not past the cap
+    # a GPU's device runs a step behind the host: the check point after step 10 read 9 finished
+    # steps, and the next comes as soon as 10 will have finished (then every 5)
+    assert rule.next_check(10, 9, 0.3) == 11 and rule.next_check(11, 10, 0.3) == 16
+    assert rule.next_check(10, 4, 0.3) == 16  # however far behind
     fixed = StopRule.of(spec(steps=30))
     assert not fixed.adaptive and fixed.cap == 30 and fixed.plan() == {"mode": "fixed", "steps": 30}
+    assert fixed.first_check == 3 and fixed.next_check(3, 2, 0.3) == 6  # progress every tenth
+
+
+def test_a_budgeted_window_checks_where_its_finished_steps_will_spend_the_budget():
+    rule = StopRule(adaptive=True, min_steps=10, cap=100, target=0.01, every=5, budget_s=20.0)
+    # 0.65 s steps, the device a step behind: 10 finished (6.5 s) leave more than 5 steps' worth
+    assert rule.next_check(11, 10, 0.65) == 16
+    # 28 finished (18.2 s): 1.8 s is 3 more steps; the check point after step 32 reads 31 of them
+    assert rule.next_check(29, 28, 0.65) == 32
+    assert rule.next_check(31, 30, 0.65) == 32  # 19.5 s: one more
+    assert rule.next_check(40, 39, 0.65) == 45  # spent, the mean not yet within its bound: every 5
+    assert replace(rule, budget_s=0.0).next_check(29, 28, 0.65) == 34  # no budget: every 5
+    assert rule.next_check(96, 95, 0.65) == 100  # the cap is a check point
 
 
 @pytest.mark.parametrize(
@@ -197,15 +215,15 @@ def test_a_budgeted_window_goes_past_its_cap_while_the_mean_is_not_known_within_
 
 def test_past_the_cap_a_budgeted_window_stops_once_its_mean_is_known_within_its_bound():
     rule = StopRule(adaptive=True, min_steps=10, cap=100, target=0.01, every=5, budget_s=20.0)
-    assert rule.last == 1000 and rule.checks_at(100) and not rule.checks_at(1000)
+    assert rule.last == 1000 and rule.next_check(96, 95, 0.016) == 100
     # past the cap a check point every fifth of the cap: each reads every step so far, and on 16 ms
     # steps one every 5 steps cost 2% of the window (1x H100, 2026-11-26)
-    assert [d for d in range(100, 161) if rule.checks_at(d)] == [100, 120, 140, 160]
+    assert rule.next_check(100, 99, 0.016) == 120 and rule.next_check(120, 119, 0.016) == 140
     assert stop_reason(rule, 100, 0.145, 1.8, done=100) is None  # short steps: the budget lasts, it goes on
     assert stop_reason(rule, 120, 0.09, 2.2, done=120) == CAP  # within the bound: the cap's reason stands
     assert stop_reason(rule, 400, 0.145, 20.0, done=400) == BUDGET  # the budget ends it, precision or not
     unbudgeted = replace(rule, budget_s=0.0)
-    assert unbudgeted.last == 100 and not unbudgeted.checks_at(100)  # no budget: the cap ends it
+    assert unbudgeted.last == 100  # no budget: the cap ends it (worker/loop.py: no check point there)
 
 
 def test_the_budget_is_checked_after_the_precision_and_only_from_the_minimum():

@@ -48,12 +48,16 @@ def replay(times: list[float], plan: dict, budget_s: float) -> tuple[int, str]:
     floor = plan.get("budget_precision") or 0.10
     rule = StopRule(True, plan["min_steps"], plan["max_steps"], plan["target_precision"],
                     plan["check_every"], budget_s, floor)  # fmt: skip
-    for done in range(1, len(times) + 1):
-        if rule.checks_at(done):
-            interval = mean_interval(times[:done])
-            why = stop_reason(rule, done, interval.relative if interval else None, sum(times[:done]))
-            if why is not None:
-                return done, why
+    # the replay reads every step it has queued (a GPU's device runs a step or so behind its host:
+    # the same schedule then checks a step later, on the same finished steps)
+    done = rule.first_check
+    while done <= len(times) and done < rule.last:
+        interval = mean_interval(times[:done])
+        mean = sum(times[:done]) / done
+        why = stop_reason(rule, done, interval.relative if interval else None, sum(times[:done]), done)
+        if why is not None:
+            return done, why
+        done = rule.next_check(done, done, mean)
     return len(times), CAP if len(times) >= rule.cap else PRECISION
 
 

@@ -12,7 +12,8 @@ on while the budget lasts (up to PAST_CAP times the cap), as the encoder-decoder
 model's 16 ms steps reached the 100-step cap after 1.8 s known to +-11.0%, and its healthy run
 failed mean_interval at +-10%. result.json says which stopped it and the precision reached.
 
-The decision is taken at check points, the same step numbers on every rank: each rank hands in
+The decision is taken at check points, the same step numbers on every rank (StopRule.next_check
+schedules each from what the last one read): each rank hands in
 the steps its device has finished (CUDA events are asked, never waited for, so the window has no
 host synchronization), one all-gather over the steps group gives every rank the same list of
 slowest-rank step times, and every rank computes the same interval from it. Identical inputs,
@@ -23,6 +24,7 @@ points a rank only queues steps; a check point costs one small gloo all-gather.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -79,15 +81,34 @@ class StopRule:
         budget = spec.window_budget_s if adaptive else 0.0
         return cls(adaptive, low, spec.steps, spec.precision, every, budget, spec.budget_precision)
 
-    def checks_at(self, done: int) -> bool:
-        """Whether the step numbered `done` (1-based) ends with a check point."""
-        if done >= self.last:
-            return False  # the window closes here anyway
-        if self.adaptive and done >= self.cap:  # past the cap, fewer: each reads every step so far
-            return (done - self.cap) % max(self.every, self.cap // 5) == 0
-        if self.adaptive:
-            return done >= self.min_steps and (done - self.min_steps) % self.every == 0
-        return done % self.every == 0
+    @property
+    def first_check(self) -> int:
+        """The step (1-based) the first check point follows."""
+        return self.min_steps if self.adaptive else self.every
+
+    def next_check(self, done: int, finished: int, mean: float | None) -> int:
+        """After the check point at step `done`, which read `finished` steps of mean `mean` (the
+        same gathered figures on every rank, so every rank schedules the same step): the step the
+        next check point follows. Every `every` steps, but sooner where the window could stop
+        sooner: as soon as min_steps will have finished (the device runs a step or so behind the
+        host, so the first check point often reads one step short), and as soon as the finished
+        steps will add up to the budget (a check point every `every` steps let a budgeted window
+        run up to `every` steps past it: 1.5 to 2.5 s of offload steps on 1x H100, 2026-11-26).
+        A step's finished count at a later check point is its number less the same lag, so the
+        steps still wanted are added to `done` as they are. Past the cap, a check point every
+        fifth of the cap (each reads every step so far)."""
+        if not self.adaptive:
+            return done + self.every
+        if done >= self.cap:
+            return done + max(self.every, self.cap // 5)
+        wanted = self.every
+        if finished < self.min_steps:
+            wanted = self.min_steps - finished
+        elif self.budget_s and mean:
+            left = self.budget_s - mean * finished
+            if left > 0:
+                wanted = min(wanted, math.ceil(left / mean))
+        return min(done + max(1, wanted), self.cap)
 
     def plan(self) -> dict[str, Any]:
         """What was asked, for result.json."""
@@ -147,9 +168,9 @@ def stop_reason(
 
 def check_point(
     ctx: DistContext, clock: StepClock, rule: StopRule, done: int, tokens_per_step: int, log: logging.Logger
-) -> str | None:
+) -> tuple[str | None, int]:
     """Read the finished steps, report progress, and say whether to stop after step `done`
-    (PRECISION or BUDGET) or go on (None)."""
+    (PRECISION or BUDGET) or go on (None), and after which step the next check point comes."""
     reading = read(ctx, clock, rule)
     fields: dict[str, Any] = {"phase": "measuring", "step": done, "steps": max(rule.cap, done)}
     if rule.adaptive:
@@ -167,4 +188,5 @@ def check_point(
          done, rule.cap, mean, where, reading.steps, past)  # fmt: skip
     # the gathered steps' sum, not this rank's clock: the same figure on every rank
     elapsed = reading.mean * reading.steps if reading.mean else 0.0
-    return stop_reason(rule, reading.steps, reading.precision, elapsed, done)
+    why = stop_reason(rule, reading.steps, reading.precision, elapsed, done)
+    return why, rule.next_check(done, reading.steps, reading.mean)

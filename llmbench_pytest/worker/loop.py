@@ -238,6 +238,7 @@ def timed_loop(
     step_losses: list[torch.Tensor] = []
     stopped = FIXED if not rule.adaptive else CAP
     window.open(feed)
+    check_after = rule.first_check
     for i in range(rule.last):
         if i == 0:
             maybe_inject(spec, ctx.rank)
@@ -250,8 +251,8 @@ def timed_loop(
         beat = {"phase": "measuring", "step": i + 1, "steps": max(rule.cap, i + 1)}
         log.debug("step %d/%d", i + 1, rule.cap, extra={"progress": beat})
         why = None
-        if rule.checks_at(i + 1):
-            why = check_point(ctx, window.clock, rule, i + 1, spec.tokens_per_step, log)
+        if i + 1 == check_after and i + 1 < rule.last:  # at the last step the window closes anyway
+            why, check_after = check_point(ctx, window.clock, rule, i + 1, spec.tokens_per_step, log)
         if why is not None:
             stopped = why
             break
