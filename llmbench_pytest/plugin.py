@@ -395,6 +395,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     s = get_session(session.config)
     _look_at_gpus(session, s)  # before any rank starts, and before check_collection's process group
     _build_ops_ahead(session, s)
+    _trace_ahead(session, s)
     if s.env.under_torchrun and s.world_size > 1:
         from .session.agreement import check_collection
 
@@ -441,6 +442,23 @@ def _build_ops_ahead(session: pytest.Session, s: LlmbenchSession) -> None:
     names = ops_ahead.needed(specs, device)
     if names:
         s.ops_build = ops_ahead.start(names, device, s.run_dir)
+
+
+def _trace_ahead(session: pytest.Session, s: LlmbenchSession) -> None:
+    """Start tracing the peak predictions' steps while the first ranks start
+    (session/trace_ahead.py), from the same one process per machine as the ops build."""
+    config = session.config
+    if config.option.collectonly or xdist.is_controller(config) or s.env.local_rank != 0:
+        return
+    if xdist.is_worker(config) and xdist.worker_id(config)[0] != "gw0":
+        return
+    specs = _selected_specs(session)
+    if not specs or s.options.trace_ahead == "no":
+        return
+    from .session import trace_ahead
+
+    if trace_ahead.wanted(s.options.trace_ahead, s.hardware().device):
+        s.trace_ahead = trace_ahead.start(specs, s.run_dir)
 
 
 def _look_at_gpus(session: pytest.Session, s: LlmbenchSession) -> None:
@@ -547,6 +565,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if s.ops_build is not None:
         s.summary_lines.extend(s.ops_build.finish(interrupted=s.interrupted))
         s.ops_build = None
+    if s.trace_ahead is not None:
+        s.trace_ahead.finish()
+        s.trace_ahead = None
     if s.interrupted:
         return
     if not s.env.is_writer or not s.result_paths or xdist.is_worker(session.config):

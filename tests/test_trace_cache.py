@@ -1,14 +1,21 @@
 """A fresh process predicts its peak from the step trace an earlier process made (on disk, keyed
-by everything the trace depends on) instead of tracing again; anything else traces again."""
+by everything the trace depends on) instead of tracing again; anything else traces again. A rank
+that reaches a trace the session's trace ahead is making waits for it (worker/trace_ahead.py)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 
+from llmbench_pytest.config.presets import resolve_model
 from llmbench_pytest.config.spec import RunSpec
-from llmbench_pytest.plan.predict import predict_spec
+from llmbench_pytest.plan.predict import predict_spec, traced_as
 from llmbench_pytest.worker import step_trace, trace_cache
 
 SPEC = RunSpec(strategy="zero2", model="llama-tiny", seq_len=64, per_device_batch=2, steps=1, warmup=0,
@@ -67,3 +74,51 @@ def test_off_keeps_nothing(tmp_path, monkeypatch):
     assert trace_cache.cache_dir() is None
     assert not predict_spec(SPEC).trace_cached
     assert not any(tmp_path.iterdir())
+
+
+def _marker(spec: RunSpec):
+    key = trace_cache.trace_key(spec, traced_as(spec, resolve_model(spec.model, spec.model_config)))
+    return trace_cache._path(key).with_suffix(trace_cache.PENDING)
+
+
+def test_a_rank_waits_for_the_trace_being_made_ahead_instead_of_making_it_again(cache, monkeypatch, tmp_path):
+    out = tmp_path / "trace-ahead.json"
+    ahead = subprocess.Popen(
+        [sys.executable, "-m", "llmbench_pytest.worker.trace_ahead", str(out)], stdin=subprocess.PIPE
+    )
+    assert ahead.stdin is not None
+    ahead.stdin.write(json.dumps([SPEC.to_dict(), SPEC.to_dict()]).encode())
+    ahead.stdin.close()
+    marker = _marker(SPEC)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and ahead.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # marked before it imports torch: on this machine well before its trace is stored
+    assert marker.exists() and not list(cache.glob("*.json")), "the trace ahead marked nothing in time"
+    _no_tracing(monkeypatch)  # this process (the rank) must not trace
+    assert predict_spec(SPEC).trace_cached
+    assert ahead.wait(timeout=60) == 0 and not marker.exists()
+    made = json.loads(out.read_text())
+    assert [t["configuration"] for t in made["traced"]] == [SPEC.name]  # the same step once
+    assert "error" not in made["traced"][0]
+
+
+def test_a_trace_marked_by_a_process_that_died_is_made_by_the_rank(cache, monkeypatch):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    marker = _marker(SPEC)
+    marker.parent.mkdir(parents=True)
+    marker.write_text(str(gone.pid))
+    started = time.monotonic()
+    assert not predict_spec(SPEC).trace_cached
+    assert time.monotonic() - started < trace_cache.AHEAD_WAIT_S / 2  # it did not wait out the limit
+
+
+def test_a_rank_stops_waiting_at_the_limit(cache):
+    marker = _marker(SPEC)
+    marker.parent.mkdir(parents=True)
+    marker.write_text(str(os.getpid()))  # alive, and never stores it
+    key = trace_cache.trace_key(SPEC, traced_as(SPEC, resolve_model(SPEC.model, SPEC.model_config)))
+    started = time.monotonic()
+    assert trace_cache.wait_for_ahead(key, limit_s=0.3) is None
+    assert 0.3 <= time.monotonic() - started < 5

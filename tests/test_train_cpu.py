@@ -3,7 +3,9 @@ each a torchrun group), and what it writes is what users read: result.json, logs
 pytest-benchmark storage that `pytest-benchmark compare` reads."""
 
 import json
+import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,7 @@ def default_matrix(shared_bench):
         "-v",
         "-rs",
         "--llmbench-ops-ahead=yes",
+        "--llmbench-trace-ahead=yes",
     )
     return bench, result
 
@@ -84,6 +87,10 @@ def test_default_matrix_every_strategy_at_world_sizes_1_and_2(default_matrix):
     ahead = json.loads((bench.path / "results" / "latest" / "ops-ahead.json").read_text())
     assert set(ahead) == {"shm_comm", "cpu_adam"} and all(o["sec"] > 0 for o in ahead.values())
     result.stdout.fnmatch_lines(["DeepSpeed ops built beside the first configurations*cpu_adam*"])
+    # the peak predictions' traces were made (or found kept) beside it, none left marked pending
+    traced = json.loads((bench.path / "results" / "latest" / "trace-ahead.json").read_text())
+    assert traced["configurations"] == len(runs) and not [t for t in traced["traced"] if "error" in t]
+    assert not list(Path(os.environ["LLMBENCH_CACHE_DIR"]).rglob("*.pending"))
     assert runs["zero2_offload-ws2"]["strategy_config"]["deepspeed_config"]["zero_optimization"][
         "offload_optimizer"
     ]

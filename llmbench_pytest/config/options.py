@@ -399,6 +399,14 @@ SETTINGS: tuple[Setting, ...] = (
         "auto|yes|no",
     ),
     Setting(
+        "trace_ahead",
+        "trace the steps the selected configurations' peak predictions need in the background from the "
+        "session's start, while the ranks start (only those not kept from an earlier session); auto: on a "
+        "GPU only (default); yes: on any device; no: each rank traces its own before it builds its model.",
+        _choice("auto", "yes", "no"),
+        "auto|yes|no",
+    ),
+    Setting(
         "device",
         "where to train: auto, cpu or cuda (default: auto).",
         _choice("auto", "cpu", "cuda"),
@@ -644,6 +652,7 @@ class SessionOptions:
     seed: int = 1234
     wait_for_gpus: float | None = None
     ops_ahead: str = "auto"
+    trace_ahead: str = "auto"
     explicit: tuple[str, ...] = ()
     """The settings passed on the command line (PYTEST_ADDOPTS included), in the order given. A
     timing bound given there is applied on CPU too, with the caveat that CPU timings are smoke

@@ -35,6 +35,7 @@ from ..config.presets import resolve_model
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from ..analysis.peak_model import StepTrace
     from ..config.presets import ModelPreset
     from ..config.spec import RunSpec
 
@@ -62,7 +63,7 @@ def gpu_compute(spec: RunSpec, deepspeed_linear: bool | None = None) -> tuple[st
     """What the trace is made to follow of how the rank computes (module docstring).
     `deepspeed_linear`: None, where the strategy runs it (DeepSpeed's ZeRO-3); True or False to ask
     (a run measured with the linear an earlier ZeRO-3 left in the process: plan/validate.py)."""
-    from ..worker.step_trace import compute_mode
+    from ..worker.trace_cache import compute_mode
 
     out = []
     if spec.workload == "lora" and compute_mode(spec.strategy, spec.dtype) == "half":
@@ -143,6 +144,24 @@ def _linear_saving_input_and_weight() -> Any:
     return linear
 
 
+def traced_as(spec: RunSpec, preset: ModelPreset, deepspeed_linear: bool | None = None) -> ModelPreset:
+    """The preset the step is traced as: the trace's caches key on its name among the rest, and
+    the name says what of the rank's computing was followed (`gpu_compute`)."""
+    what = gpu_compute(spec, deepspeed_linear)
+    return dataclasses.replace(preset, name=f"{preset.name} ({', '.join(what)})") if what else preset
+
+
+def step_trace_for(
+    spec: RunSpec, preset: ModelPreset, deepspeed_linear: bool | None = None, wait_for_ahead: bool = True
+) -> StepTrace:
+    """`spec`'s step traced (or read from the caches) as its rank computes it."""
+    from ..worker.step_trace import trace_step
+
+    what = gpu_compute(spec, deepspeed_linear)
+    with _computing(what):
+        return trace_step(spec, traced_as(spec, preset, deepspeed_linear), wait_for_ahead)
+
+
 def predict_spec(
     spec: RunSpec,
     preset: ModelPreset | None = None,
@@ -153,18 +172,12 @@ def predict_spec(
     """Raises worker.step_trace.TraceUnavailable where this torch cannot trace the step.
     `capability_major`: the GPU's (None: unknown, as for `llmbench plan`), for cuBLAS's workspaces;
     `deepspeed_linear`: see `gpu_compute`."""
-    from ..worker.step_trace import TraceUnavailable, trace_step
+    from ..worker.step_trace import TraceUnavailable
 
     if spec.compile:
         raise TraceUnavailable("torch.compile saves other tensors than the traced eager step: not predicted")
     preset = preset or resolve_model(spec.model, spec.model_config)
-    what = gpu_compute(spec, deepspeed_linear)
-    if what:
-        # the trace's caches key on the preset's name among the rest: the name says what was followed
-        with _computing(what):
-            trace = trace_step(spec, dataclasses.replace(preset, name=f"{preset.name} ({', '.join(what)})"))
-    else:
-        trace = trace_step(spec, preset)
+    trace = step_trace_for(spec, preset, deepspeed_linear)
     hidden = int(
         preset.config.get("hidden_size") or preset.config.get("d_model") or preset.config.get("n_embd") or 0
     )

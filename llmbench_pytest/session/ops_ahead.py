@@ -69,7 +69,7 @@ class AheadBuild:
         """Stop a build still running (nothing left needs it, or the session was interrupted) and
         say in a line what the build did."""
         if self.process.poll() is None:
-            _stop(self.process)
+            stop_process_group(self.process)
             if interrupted:
                 return []
             return [
@@ -114,8 +114,9 @@ def summary(names: list[str], json_path: Path, code: int | None) -> str:
     return "DeepSpeed ops built beside the first configurations, apart from their times: " + "; ".join(parts)
 
 
-def _stop(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
-    """SIGTERM to the build's process group (the compiler included), SIGKILL after a grace."""
+def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """SIGTERM to a process group started beside the session (a build: the compiler included),
+    SIGKILL after a grace."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
         try:
             os.killpg(process.pid, sig)

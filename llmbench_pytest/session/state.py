@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..worker.dist import DistContext
     from .ops_ahead import AheadBuild
     from .progress import Progress
+    from .trace_ahead import AheadTrace
 
 
 def session_id(config: pytest.Config) -> str:
@@ -74,6 +75,8 @@ class LlmbenchSession:
         """The progress display (session/progress.py), chosen when collection has finished."""
         self.ops_build: AheadBuild | None = None
         """DeepSpeed ops building beside the first configurations (session/ops_ahead.py)."""
+        self.trace_ahead: AheadTrace | None = None
+        """Peak-prediction traces made while the first ranks start (session/trace_ahead.py)."""
         self.refusal: str | None = None
         """Why no benchmark may train in this pytest-xdist worker (another process holds its GPUs:
         plugin._look_at_gpus); each fails at once with it."""

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -44,6 +43,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..analysis.peak_model import StepTrace
 from . import trace_cache
+from .trace_cache import compute_mode, trace_key
+
+__all__ = ["LiveBytes", "TraceUnavailable", "compute_mode", "trace_key", "trace_step"]
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -59,30 +61,24 @@ class TraceUnavailable(Exception):
     """This torch cannot trace a step's memory (no FakeTensorMode), or the model cannot be traced."""
 
 
-def compute_mode(strategy: str, dtype: str) -> str:
-    """How the strategy computes on a GPU (module docstring)."""
-    if dtype not in _HALF:
-        return "fp32"
-    return "amp" if strategy == "ddp" else "half"
-
-
 _TRACED: dict[tuple[Any, ...], StepTrace] = {}
 """Traces by what decides them: a warm rank traces each model, shape and precision once, and a
 fresh process reads what an earlier one traced (trace_cache.py)."""
 
 
-def trace_step(spec: RunSpec, preset: ModelPreset) -> StepTrace:
-    """The peak of one forward and backward of `spec`'s model at its batch and sequence length."""
-    mode = compute_mode(spec.strategy, spec.dtype)
-    shape = (spec.workload, spec.seq_len, spec.per_device_batch, spec.dtype, spec.grad_ckpt, spec.lora_rank)
-    techniques = (spec.fused_loss, spec.fp8, spec.attention)
-    key = (preset.name, json.dumps(preset.config, sort_keys=True), shape, techniques, mode)
+def trace_step(spec: RunSpec, preset: ModelPreset, wait_for_ahead: bool = True) -> StepTrace:
+    """The peak of one forward and backward of `spec`'s model at its batch and sequence length.
+    `wait_for_ahead`: where the session's trace ahead (worker/trace_ahead.py) is tracing this very
+    step, wait for its result rather than trace it a second time (False: that process itself)."""
+    key = trace_key(spec, preset)
     if key not in _TRACED:
         if len(_TRACED) > 16:
             _TRACED.clear()
         kept = trace_cache.load(key)
+        if kept is None and wait_for_ahead:
+            kept = trace_cache.wait_for_ahead(key)
         if kept is None:
-            kept = _trace(spec, preset, mode)
+            kept = _trace(spec, preset, key[-1])
             trace_cache.store(key, kept)
         else:
             kept = dataclasses.replace(kept, cached=True)

@@ -6,8 +6,12 @@ zero2_offload's 12.9 s (docs/results/2026-11-26-h100-pretrain-fresh-host). Each 
 process of its own (the allocator reads its configuration once), which pins `--copies` tensors of
 `--gb` GB each the way DeepSpeed does, copies one to the GPU and back to check the link's speed is
 unchanged, and exits; the parent times the exit too (freeing pinned memory happens there).
+`--exits normal,hard` also times the exit by os._exit (no interpreter shutdown, no C++ static
+destructors: the driver releases the pinned pages when the process goes) against a normal one,
+as a warm rank that held an offload configuration's pinned buffers exits at the session's end.
 
     python3 tools/gpu/pin_speed.py --json $OUT/pin.json
+    python3 tools/gpu/pin_speed.py --settings default --exits normal,hard --json $OUT/exit.json
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ SETTINGS = {
 }
 
 
-def child(gb: float, copies: int) -> None:
+def child(gb: float, copies: int, exit_mode: str) -> None:
     import torch
 
     torch.cuda.init()
@@ -54,6 +58,9 @@ def child(gb: float, copies: int) -> None:
         hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 2**20
     print(json.dumps({"pin_sec": pin_s, "h2d_gb_per_sec": h2d, "d2h_gb_per_sec": d2h, "peak_rss_gb": hwm,
                       "exiting_at": time.time()}), flush=True)  # fmt: skip
+    if exit_mode == "hard":
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def main() -> int:
@@ -61,19 +68,26 @@ def main() -> int:
     ap.add_argument("--gb", type=float, default=4.5, help="GB per pinned tensor (llama-1b fp32: 4.5)")
     ap.add_argument("--copies", type=int, default=3, help="how many (fp32 master, Adam's two moments: 3)")
     ap.add_argument("--rounds", type=int, default=2, help="each setting this many times, alternating")
+    ap.add_argument("--settings", default="both", choices=("both", "default"), help="which settings")
+    ap.add_argument("--exits", default="normal", help="exit modes to time, comma-separated: normal, hard")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--exit-mode", default="normal", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.gb, args.copies)
+        child(args.gb, args.copies, args.exit_mode)
         return 0
-    out: dict[str, list] = {name: [] for name in SETTINGS}
-    for name, conf in [item for _ in range(args.rounds) for item in SETTINGS.items()]:
+    settings = SETTINGS if args.settings == "both" else dict(list(SETTINGS.items())[:1])
+    cases = [(f"{name}, {mode} exit" if mode != "normal" else name, conf, mode)
+             for name, conf in settings.items() for mode in args.exits.split(",")]  # fmt: skip
+    out: dict[str, list] = {name: [] for name, _, _ in cases}
+    for name, conf, mode in [case for _ in range(args.rounds) for case in cases]:
         env = {k: v for k, v in os.environ.items() if k not in CONF_VARS}
         if conf:
             env["PYTORCH_ALLOC_CONF"] = conf
         start = time.time()
-        cmd = [sys.executable, __file__, "--child", "--gb", str(args.gb), "--copies", str(args.copies)]
+        cmd = [sys.executable, __file__, "--child", "--gb", str(args.gb), "--copies", str(args.copies),
+               "--exit-mode", mode]  # fmt: skip
         proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=600)
         ended = time.time()
         if proc.returncode != 0:
