@@ -4,10 +4,11 @@ Warm-up steps run first and are left out of every number. During the measured st
 waits for the device: losses stay on the device until the window closes, step times come from
 events, and the only host work is queueing the step. The window holds a fixed count of steps or,
 by default, as many as it takes to know the mean step time to the precision asked (adaptive.py:
-check points every few steps read the finished steps without waiting for the device). After the
-window one more, untimed step takes a census of live tensors when its last backward ends, before
-its optimizer step, when parameters, gradients and optimizer state all exist; then, if asked, a
-few steps run under the profiler.
+check points every few steps read the finished steps without waiting for the device). The last
+warm-up step takes a census of live tensors when its last backward ends, before its optimizer
+step, when parameters, gradients and optimizer state all exist (an untimed step after the window
+takes it instead where the warm-up is a single step, or torch.compile runs: `census_in_warmup`);
+after the window, if asked, a few steps run under the profiler.
 NVML samples the GPU in a background thread for the length of the window.
 """
 
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 
 
 def extra_steps(spec: RunSpec) -> int:
-    """Untimed steps after the window (the census step, the profiled steps): the feed covers them."""
+    """Untimed steps after the window (the census step where the warm-up took none, the profiled
+    steps): the feed covers them."""
     return 1 + spec.profile_steps
 
 
@@ -113,6 +115,35 @@ def _backward(strategy: Strategy, feed: Feed, accum: int) -> torch.Tensor:
     return torch.stack(losses).mean()
 
 
+def census_step(strategy: Strategy, feed: Feed, accum: int) -> tuple[torch.Tensor, dict[str, int], float]:
+    """One step's forward and backward with the census taken when its last backward ends
+    (memory.py): the step's loss, the census, and the seconds the census took (not the step's).
+    The optimizer step is the caller's."""
+    losses = [strategy.micro_step(feed.next(), False) for _ in range(accum - 1)]
+    module = getattr(getattr(strategy, "built", None), "module", None)
+
+    def last() -> None:
+        losses.append(strategy.micro_step(feed.next(), True))
+
+    census, seconds = census_at_end_of_backward(module, last) if module is not None else (None, 0.0)
+    if module is None:
+        last()
+    if census is None:  # no output of the module reached backward: count after the strategy's backward
+        started = time.perf_counter()
+        census = census_bytes()
+        seconds = time.perf_counter() - started
+    return torch.stack(losses).mean(), census, seconds
+
+
+def census_in_warmup(spec: RunSpec) -> bool:
+    """Whether the last warm-up step takes the census: with two warm-up steps or more, its
+    backward holds what the window's do (the optimizer's state exists from the first step on),
+    and no step is spent on it after the window (on 1x H100 that step cost 0.2 to 0.7 s of every
+    configuration, 2026-11-26). With one, or under torch.compile (the census's forward hook
+    would recompile the module in front of the window), it takes a step after the window."""
+    return spec.warmup >= 2 and not spec.compile
+
+
 def after_window(
     strategy: Strategy,
     feed: Feed,
@@ -121,20 +152,14 @@ def after_window(
     log: logging.Logger,
     rank: int,
     trace_path: Path | None,
+    census: dict[str, int] | None = None,
 ) -> tuple[dict[str, int], dict[str, Any] | None]:
-    """The untimed steps after the window: the census step, then the profiled steps if asked."""
+    """The untimed steps after the window: the census step (unless the warm-up took the census),
+    then the profiled steps if asked."""
     accum = spec.grad_accum
-    for _ in range(accum - 1):
-        strategy.micro_step(feed.next(), False)
-    module = getattr(getattr(strategy, "built", None), "module", None)
-    census = None
-    if module is not None:
-        census = census_at_end_of_backward(module, lambda: strategy.micro_step(feed.next(), True))
-    else:
-        strategy.micro_step(feed.next(), True)
-    if census is None:  # no output of the module reached backward: count after the strategy's backward
-        census = census_bytes()
-    strategy.optimizer_step()
+    if census is None:
+        _, census, _ = census_step(strategy, feed, accum)
+        strategy.optimizer_step()
     if not spec.profile_steps:
         return census, None
 
@@ -221,14 +246,20 @@ def timed_loop(
 
     warmup_losses = []
     warmup_step_s = []
+    census = None
     started = time.perf_counter()
     for i in range(spec.warmup):
         began = time.perf_counter()
-        loss = _backward(strategy, feed, accum)
+        counted = 0.0
+        if i == spec.warmup - 1 and census_in_warmup(spec):
+            loss, census, counted = census_step(strategy, feed, accum)
+        else:
+            loss = _backward(strategy, feed, accum)
         strategy.optimizer_step()
-        # waits for the device (the loss reaches the host): a step's whole time, by the host clock
+        # waits for the device (the loss reaches the host): a step's whole time, by the host clock,
+        # less the census's own (tools/warmup_steps.py reads these as how steps settle)
         warmup_losses.append(float(loss))
-        warmup_step_s.append(time.perf_counter() - began)
+        warmup_step_s.append(time.perf_counter() - began - counted)
         note(log, logging.INFO, {"phase": "warmup", "step": i + 1, "steps": spec.warmup},
              "warmup %d/%d loss %.4f", i + 1, spec.warmup, warmup_losses[-1])  # fmt: skip
 
@@ -258,7 +289,7 @@ def timed_loop(
             break
     window.close(feed)
     started = time.perf_counter()
-    census, trace = after_window(strategy, feed, spec, ctx.device, log, ctx.rank, trace_path)
+    census, trace = after_window(strategy, feed, spec, ctx.device, log, ctx.rank, trace_path, census)
     after_s = time.perf_counter() - started
 
     samples = window.samples(

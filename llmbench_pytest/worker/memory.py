@@ -25,6 +25,7 @@ import ctypes
 import gc
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,9 +82,12 @@ def _count(t: torch.Tensor, seen: set[int], totals: dict[str, int]) -> None:
     totals[kind] = totals.get(kind, 0) + storage.nbytes()
 
 
-def census_at_end_of_backward(module: nn.Module, backward: Callable[[], Any]) -> dict[str, int] | None:
+def census_at_end_of_backward(
+    module: nn.Module, backward: Callable[[], Any]
+) -> tuple[dict[str, int] | None, float]:
     """Run `backward()` (forward and backward of one micro-batch through `module`, however a
-    strategy wraps it) and take the census when autograd's backward ends; None if it never ran.
+    strategy wraps it) and take the census when autograd's backward ends: the census (None if it
+    never ran) and the seconds it took, which are not the step's.
 
     A hook on the module's outputs fires as backward starts and queues an autograd final
     callback; that callback queues the census behind every callback queued after it (DDP's and
@@ -92,9 +96,12 @@ def census_at_end_of_backward(module: nn.Module, backward: Callable[[], Any]) ->
     engine = torch.autograd.Variable._execution_engine
     out: dict[str, dict[str, int]] = {}
     queued: list[bool] = []
+    seconds: list[float] = []
 
     def census() -> None:
+        started = time.perf_counter()
         out["census"] = census_bytes()
+        seconds.append(time.perf_counter() - started)
 
     def behind_the_others() -> None:
         engine.queue_callback(census)
@@ -114,7 +121,7 @@ def census_at_end_of_backward(module: nn.Module, backward: Callable[[], Any]) ->
         backward()
     finally:
         handle.remove()
-    return out.get("census")
+    return out.get("census"), sum(seconds)
 
 
 def _tensors(output: Any) -> list[torch.Tensor]:
