@@ -453,8 +453,8 @@ def _trace_ahead(session: pytest.Session, s: LlmbenchSession) -> None:
     if xdist.is_worker(config) and xdist.worker_id(config)[0] != "gw0":
         return
     specs = _selected_specs(session)
-    if not specs or s.options.trace_ahead == "no":
-        return
+    if not specs or s.options.trace_ahead == "no" or s.refusal:
+        return  # nothing will train (the preflight refused a worker's GPUs: its benchmarks fail at once)
     from .session import trace_ahead
 
     if trace_ahead.wanted(s.options.trace_ahead, s.hardware().device):
