@@ -180,14 +180,17 @@ def test_the_compare_and_gate_commands_do_what_the_readme_says(first_run, tmp_pa
         # bound, which "fails only with --fail-inconclusive"
         assert " ok " in row or " inconclusive " in row, out.stdout
     assert "gate: passed" in out.stdout, out.stdout
-    # ... and exits 1 on a significant regression beyond a bound: every step twice as long
+    # ... and exits 1 on a significant regression beyond a bound: every step ten times as long. (Twice
+    # as long was judged inconclusive in a CI run, rightly: the baseline's 8 ws1 steps took 0.054 to
+    # 0.286 s on the loaded 2-core machine, and the block bootstrap's interval, -73.8% .. -4.1%,
+    # reached past the -5% bound. A tenfold change stays beyond it for any spread a CPU run shows.)
     shutil.copytree(bench.path / ".benchmarks", tmp_path / ".benchmarks")
-    slowed(session, tmp_path / "results" / "latest")
+    slowed(session, tmp_path / "results" / "latest", factor=10.0)
     out = llmbench(gate, tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     for ws in runs:
         row = table_row(out.stdout, ws, "tokens/s")
-        assert "-50.0%" in row and "REGRESSION" in row and "bound only" not in row, out.stdout
+        assert "-90.0%" in row and "REGRESSION" in row and "bound only" not in row, out.stdout
     assert "gate: FAILED" in out.stdout, out.stdout
 
     # `llmbench gate --history .benchmarks --current results/latest`: the last 20 saved runs; the
