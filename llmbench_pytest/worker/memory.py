@@ -99,6 +99,10 @@ def census_at_end_of_backward(
     seconds: list[float] = []
 
     def census() -> None:
+        if torch.cuda.is_initialized():
+            # the step's queued kernels finish first, so the seconds timed are the census's alone
+            # (a warm-up step's recorded time leaves them out: worker/loop.py)
+            torch.cuda.synchronize()
         started = time.perf_counter()
         out["census"] = census_bytes()
         seconds.append(time.perf_counter() - started)
