@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from llmbench_pytest.config.presets import resolve_model
 from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.plan.predict import predict_spec, traced_as
+from llmbench_pytest.results.liveness import this_session
 from llmbench_pytest.worker import step_trace, trace_cache
 
 SPEC = RunSpec(strategy="zero2", model="llama-tiny", seq_len=64, per_device_batch=2, steps=1, warmup=0,
@@ -103,21 +104,27 @@ def test_a_rank_waits_for_the_trace_being_made_ahead_instead_of_making_it_again(
     assert "error" not in made["traced"][0]
 
 
-def test_a_trace_marked_by_a_process_that_died_is_made_by_the_rank(cache, monkeypatch):
+@pytest.mark.parametrize("reaped", [True, False], ids=["exited", "zombie"])
+def test_a_trace_marked_by_a_process_that_died_is_made_by_the_rank(cache, monkeypatch, reaped):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
+    if reaped:
+        gone.wait()
+    else:  # exited, not yet reaped by its parent (a session that has not waited for it yet)
+        while not Path(f"/proc/{gone.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            time.sleep(0.01)
     marker = _marker(SPEC)
     marker.parent.mkdir(parents=True)
-    marker.write_text(str(gone.pid))
+    marker.write_text(json.dumps({**this_session(), "pid": gone.pid}))
     started = time.monotonic()
     assert not predict_spec(SPEC).trace_cached
     assert time.monotonic() - started < trace_cache.AHEAD_WAIT_S / 2  # it did not wait out the limit
+    gone.wait()
 
 
 def test_a_rank_stops_waiting_at_the_limit(cache):
     marker = _marker(SPEC)
     marker.parent.mkdir(parents=True)
-    marker.write_text(str(os.getpid()))  # alive, and never stores it
+    marker.write_text(json.dumps(this_session()))  # alive, and never stores it
     key = trace_cache.trace_key(SPEC, traced_as(SPEC, resolve_model(SPEC.model, SPEC.model_config)))
     started = time.monotonic()
     assert trace_cache.wait_for_ahead(key, limit_s=0.3) is None

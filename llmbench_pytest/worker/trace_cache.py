@@ -9,7 +9,7 @@ named by a hash of all of the above, so that any change to any of them traces ag
 LLMBENCH_CACHE_DIR=off keeps nothing. A file that cannot be read or written is a miss, never an error.
 
 A process tracing ahead of the ranks (worker/trace_ahead.py) marks each trace it will make with a
-`.pending` file holding its pid; a rank that misses a trace so marked waits for it (while that
+`.pending` file naming it (results/liveness.py); a rank that misses a trace so marked waits for it (while that
 process lives, up to AHEAD_WAIT_S) instead of tracing it a second time.
 """
 
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..analysis.peak_model import StepTrace
+from ..results.liveness import session_alive, this_session
 
 if TYPE_CHECKING:
     from ..config.presets import ModelPreset
@@ -113,7 +114,8 @@ def store(key: tuple[Any, ...], trace: StepTrace) -> None:
 
 
 def mark_pending(key: tuple[Any, ...]) -> Path | None:
-    """Say that this process is tracing `key`: the marker written, or None (no cache, or it could
+    """Say that this process is tracing `key`: the marker written (this process, as
+    results/liveness.py tells it from a later one with its pid), or None (no cache, or it could
     not be written: a rank then traces it itself)."""
     path = _path(key)
     if path is None:
@@ -121,25 +123,16 @@ def mark_pending(key: tuple[Any, ...]) -> Path | None:
     marker = path.with_suffix(PENDING)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(str(os.getpid()))
+        marker.write_text(json.dumps(this_session()))
     except OSError:
         return None
     return marker
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def wait_for_ahead(key: tuple[Any, ...], limit_s: float = AHEAD_WAIT_S) -> StepTrace | None:
     """The trace of `key` once the process that marked it pending has stored it; None at once
-    where nothing marked it, and None where that process died or gave it up, or past `limit_s`."""
+    where nothing marked it, and None where that process died (a zombie included) or gave it up,
+    or past `limit_s`."""
     path = _path(key)
     if path is None:
         return None
@@ -147,10 +140,10 @@ def wait_for_ahead(key: tuple[Any, ...], limit_s: float = AHEAD_WAIT_S) -> StepT
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         try:
-            pid = int(marker.read_text().strip() or 0)
+            owner = json.loads(marker.read_text())
         except (OSError, ValueError):
             break  # no marker (never, or no longer): the trace is stored or will not be
-        if pid <= 0 or not _alive(pid):
+        if session_alive(owner) is not True:
             break
         time.sleep(0.05)
     return load(key)
