@@ -422,14 +422,20 @@ def _selected_specs(session: pytest.Session) -> list[Any]:
     ]
 
 
+def _one_per_machine(config: pytest.Config, s: LlmbenchSession) -> bool:
+    """Whether this process starts the session's work beside the ranks (the ops build, the traces
+    ahead): one per machine, not for --collect-only, not a pytest-xdist controller, only its first
+    worker, under torchrun only local rank 0."""
+    if config.option.collectonly or xdist.is_controller(config) or s.env.local_rank != 0:
+        return False
+    return not xdist.is_worker(config) or xdist.worker_id(config)[0] == "gw0"
+
+
 def _build_ops_ahead(session: pytest.Session, s: LlmbenchSession) -> None:
     """Start the DeepSpeed op builds the selected configurations need, beside the first ones
     (session/ops_ahead.py): from one process per machine (not a pytest-xdist controller, only the
     first worker, under torchrun only local rank 0)."""
-    config = session.config
-    if config.option.collectonly or xdist.is_controller(config) or s.env.local_rank != 0:
-        return
-    if xdist.is_worker(config) and xdist.worker_id(config)[0] != "gw0":
+    if not _one_per_machine(session.config, s):
         return
     from .session import ops_ahead
 
@@ -447,10 +453,7 @@ def _build_ops_ahead(session: pytest.Session, s: LlmbenchSession) -> None:
 def _trace_ahead(session: pytest.Session, s: LlmbenchSession) -> None:
     """Start tracing the peak predictions' steps while the first ranks start
     (session/trace_ahead.py), from the same one process per machine as the ops build."""
-    config = session.config
-    if config.option.collectonly or xdist.is_controller(config) or s.env.local_rank != 0:
-        return
-    if xdist.is_worker(config) and xdist.worker_id(config)[0] != "gw0":
+    if not _one_per_machine(session.config, s):
         return
     specs = _selected_specs(session)
     if not specs or s.options.trace_ahead == "no" or s.refusal:

@@ -147,7 +147,10 @@ def _linear_saving_input_and_weight() -> Any:
 def traced_as(spec: RunSpec, preset: ModelPreset, deepspeed_linear: bool | None = None) -> ModelPreset:
     """The preset the step is traced as: the trace's caches key on its name among the rest, and
     the name says what of the rank's computing was followed (`gpu_compute`)."""
-    what = gpu_compute(spec, deepspeed_linear)
+    return _named(preset, gpu_compute(spec, deepspeed_linear))
+
+
+def _named(preset: ModelPreset, what: tuple[str, ...]) -> ModelPreset:
     return dataclasses.replace(preset, name=f"{preset.name} ({', '.join(what)})") if what else preset
 
 
@@ -159,7 +162,7 @@ def step_trace_for(
 
     what = gpu_compute(spec, deepspeed_linear)
     with _computing(what):
-        return trace_step(spec, traced_as(spec, preset, deepspeed_linear), wait_for_ahead)
+        return trace_step(spec, _named(preset, what), wait_for_ahead)
 
 
 def predict_spec(

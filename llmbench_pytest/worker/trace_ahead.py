@@ -23,22 +23,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config.presets import resolve_model
+from ..config.presets import ModelPreset, resolve_model
 from ..config.spec import RunSpec
 from . import trace_cache
 
 
-def _keys(specs: list[RunSpec]) -> dict[tuple[Any, ...], RunSpec]:
-    """The traces the configurations need that the cache lacks, one configuration for each, in order."""
+def _keys(specs: list[RunSpec]) -> dict[tuple[Any, ...], tuple[RunSpec, ModelPreset]]:
+    """The traces the configurations need that the cache lacks, one configuration (and its model)
+    for each, in order."""
     from ..plan.predict import traced_as  # no torch yet: the markers go down at once
 
-    missing: dict[tuple[Any, ...], RunSpec] = {}
+    missing: dict[tuple[Any, ...], tuple[RunSpec, ModelPreset]] = {}
     for spec in specs:
         if spec.compile:
             continue  # not predicted (plan/predict.py)
-        key = trace_cache.trace_key(spec, traced_as(spec, resolve_model(spec.model, spec.model_config)))
+        preset = resolve_model(spec.model, spec.model_config)
+        key = trace_cache.trace_key(spec, traced_as(spec, preset))
         if key not in missing and trace_cache.load(key) is None:
-            missing[key] = spec
+            missing[key] = (spec, preset)
     return missing
 
 
@@ -54,11 +56,11 @@ def trace_all(specs: list[RunSpec]) -> dict[str, Any]:
     markers = {key: trace_cache.mark_pending(key) for key in missing}
     traced = []
     try:
-        for key, spec in missing.items():
+        for key, (spec, preset) in missing.items():
             began = time.perf_counter()
             row: dict[str, Any] = {"configuration": spec.name, "model": key[0]}
             try:
-                step_trace_for(spec, resolve_model(spec.model, spec.model_config), wait_for_ahead=False)
+                step_trace_for(spec, preset, wait_for_ahead=False)
             except Exception as exc:  # the rank traces it itself, and records the same error
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
             finally:
