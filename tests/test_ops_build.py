@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import CHILD_UNSET, FEW_STEPS, RUNS, TORCH_EXTENSIONS_DIR, saved_results
 from llmbench_pytest.worker.ops import baton_holders, clear_stale_baton
 
@@ -102,7 +104,7 @@ def test_an_op_is_loaded_with_the_environments_ninja_whatever_path_finds_first(t
     assert not called.exists(), f"the ninja first on PATH ran: {called.read_text()}"
 
 
-def test_deepspeed_asks_py_cpuinfo_once_per_process(monkeypatch):
+def test_deepspeed_asks_py_cpuinfo_once_per_process(monkeypatch, tmp_path):
     """CPU Adam's compiler flags ask py-cpuinfo twice per load, the optimizer once more per run,
     and each answer is a Python process of its own (1.1 s apiece on a GPU host): one is kept."""
     import cpuinfo
@@ -110,6 +112,7 @@ def test_deepspeed_asks_py_cpuinfo_once_per_process(monkeypatch):
 
     from llmbench_pytest.worker.ops import ask_cpuinfo_once
 
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # no answer kept for this machine yet
     asked = []
     real = cpuinfo.get_cpu_info
     # py-cpuinfo's own function, counted; monkeypatch puts it back after the test
@@ -125,3 +128,39 @@ def test_deepspeed_asks_py_cpuinfo_once_per_process(monkeypatch):
     first = cpuinfo.get_cpu_info()
     first["brand_raw"] = "changed by a caller"
     assert cpuinfo.get_cpu_info()["brand_raw"] != "changed by a caller" and len(asked) == 1
+
+
+def test_a_later_process_reads_the_machines_cpuinfo_answer(monkeypatch, tmp_path):
+    """The ops built ahead ask py-cpuinfo at the session's start; a rank started later on the same
+    machine reads that answer from the extensions folder instead of starting py-cpuinfo's process
+    again (1.1 s of the first offload configuration on 1x H100)."""
+    import cpuinfo
+
+    from llmbench_pytest.worker.ops import ask_cpuinfo_once, cpuinfo_file
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    path = cpuinfo_file()
+    if path is None:
+        pytest.skip("no kernel boot id on this machine: nothing is kept")
+    asked = []
+    real = cpuinfo.get_cpu_info
+    answer = real()
+
+    def counted():
+        asked.append(1)
+        return dict(answer)
+
+    # the first process (the ops ahead): asks, and keeps the answer
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", counted)
+    ask_cpuinfo_once()
+    assert cpuinfo.get_cpu_info()["brand_raw"] == answer["brand_raw"] and len(asked) == 1
+    assert path.is_file() and path.parent == tmp_path
+    # a later process on the machine: py-cpuinfo's own function again, nothing asked
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", counted)
+    ask_cpuinfo_once()
+    assert cpuinfo.get_cpu_info()["brand_raw"] == answer["brand_raw"] and len(asked) == 1
+    # an unreadable file is asked again, not trusted
+    path.write_text("{not json")
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", counted)
+    ask_cpuinfo_once()
+    assert cpuinfo.get_cpu_info()["brand_raw"] == answer["brand_raw"] and len(asked) == 2

@@ -257,7 +257,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "warmup",
-        "unmeasured steps first (default: 2 on CPU, 3 on GPU; the encoder-decoder: warm-up epochs).",
+        "unmeasured steps first (default: 2; 3 for ZeRO-3 on a GPU; the encoder-decoder: warm-up epochs).",
         _non_negative_int,
         "N",
     ),

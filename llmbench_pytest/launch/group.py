@@ -56,7 +56,9 @@ def agent_args(world_size: int, group_dir: Path) -> list[str]:
         "--standalone",  # c10d rendezvous on a free localhost port, chosen by torchrun
         f"--nproc_per_node={world_size}",
         "--max-restarts=0",
-        "--monitor-interval=0.5",  # notice a dead rank within half a second, not five
+        # notice a dead rank, and the last rank's exit at the session's end, within 0.1 s, not five:
+        # a poll is a waitpid per rank
+        "--monitor-interval=0.1",
         "-m",
         "llmbench_pytest.worker.main",
         "--group-dir",

@@ -31,14 +31,19 @@ if TYPE_CHECKING:
     from ..config.options import SessionOptions
 
 CPU_WARMUP, CPU_MIN_STEPS, CPU_MAX_STEPS = 2, 6, 12
-GPU_WARMUP, GPU_MIN_STEPS, GPU_MAX_STEPS = 3, 10, 100
+GPU_WARMUP, GPU_MIN_STEPS, GPU_MAX_STEPS = 2, 10, 100
+GPU_WARMUP_ZERO3 = 3
 """Warm-up: 19 step-measured runs of the default suite on 1x H100 (pretrain, LoRA, the diagnostic
-matrix; docs/results/2026-11-26-h100-whole-suite, `tools/warmup_steps.py`) took 1.0-5.3x their
-settled step on the first warm-up step, ZeRO-3's second 1.5-2.8x, and from the third on every step
-lay within 2% of its run's median: two steps settle them all, the third is a step of margin for
-what those runs did not cover (other models, more ranks). In 46 later runs with three warm-up steps
-the first measured step lay beyond +-10% of its median in 2 (a lone slow zero1 step, ZeRO-3's
-own step-to-step noise of about 10%).
+matrix; docs/results/2026-11-26-h100-whole-suite) took 1.0-5.3x their settled step on the first
+warm-up step and ZeRO-3's second 1.5-2.8x. Over the 237 runs in docs/results that warmed up for
+three steps (`python3 tools/warmup_steps.py docs/results --by-strategy --warmup 2`; the table is in
+docs/results/2026-11-26-h100-pretrain-fresh-host-4), the third warm-up step, the one a warm-up of
+two would measure first, lay beyond +-10% of its run's median in 0-4% of the runs of ddp, FSDP,
+zero1 and zero2 (their window's own steps: 0.3-5.6%); zero0's 3 of 17 were faster than their
+median (the census's step, its own time taken out), zero2_offload's 3 of 18 at 1.12-1.18x, as
+often as its first measured step after three (17%). ZeRO-3's third lay beyond in 52% of its runs
+against 29% of its window's steps, zero3_offload's in 27% against 18%: ZeRO-3 (offload or not)
+keeps a third step; a third step bought the others nothing the window's own noise does not match.
 
 Adaptive measurement (analysis/stats.mean_interval): at least MIN steps, then until the mean
 step time is known to --llmbench-precision, at most MAX. A GPU step of a 1B model is steady to a
@@ -58,6 +63,16 @@ COUNTED_STEPS = 1
 """Profiled steps where only what a step does is read (bytes copied between host and device,
 which attention kernel ran): every step does the same, and an offload step under the profiler
 took 1.3-1.7 s on 1x H100 (2026-11-26)."""
+
+
+def warmup_for(opts: SessionOptions, cuda: bool, zero_stage: int | None) -> int:
+    """Unmeasured steps before the window: --llmbench-warmup, else GPU_WARMUP (ZeRO-3's
+    GPU_WARMUP_ZERO3) on a GPU and CPU_WARMUP on a CPU."""
+    if opts.warmup is not None:
+        return opts.warmup
+    if not cuda:
+        return CPU_WARMUP
+    return GPU_WARMUP_ZERO3 if zero_stage == 3 else GPU_WARMUP
 
 
 def profile_steps_for(opts: SessionOptions, cuda: bool, world_size: int, offload: str) -> int:
@@ -289,7 +304,6 @@ def _common_fields(opts: SessionOptions, hw: Hardware, model: str, tier: str) ->
         "model": model,
         "grad_accum": opts.grad_accum,
         **_measurement_fields(opts, cuda),
-        "warmup": opts.warmup if opts.warmup is not None else (GPU_WARMUP if cuda else CPU_WARMUP),
         "dtype": dtype,
         "grad_ckpt": opts.grad_ckpt,
         "memory_limit_gb": opts.vram_limit_gb,
@@ -358,6 +372,7 @@ def _strategy_entries(
             continue
         base = {
             **common,
+            "warmup": warmup_for(opts, hw.device == "cuda", info.zero_stage),
             "profile_steps": profile_steps_for(opts, hw.device == "cuda", world_size, offload),
             "strategy": info.name,
             "offload": offload,

@@ -9,6 +9,7 @@ rank's step times), so it keeps working whatever state the training backend is i
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ import torch.distributed as dist
 from ..config.spec import SpecError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..config.ranks import RankEnv
 
 
@@ -129,9 +132,11 @@ def gather_steps(ctx: DistContext, completed: int, durations: list[float], cap: 
 WATCHDOG_SCAN_S = 0.25
 """Longer than two scans of ProcessGroupNCCL's watchdog thread (every 100 ms): by then it has moved
 every completed collective's kept tensors to the group's shelf, which the next collective empties."""
+FLUSH_POLL_S = 0.05
+"""How often the flush asks again while a rank still holds more than a fresh one may."""
 
 
-def flush_device_collectives(ctx: DistContext) -> None:
+def flush_device_collectives(ctx: DistContext, still_held: Callable[[], bool]) -> None:
     """Make NCCL hand back the tensors of the run's last collectives. ProcessGroupNCCL keeps the
     inputs of a collective nobody waited on (DDP's gradient all-reduces, 4 bytes per parameter)
     until its watchdog thread has seen the collective complete and moved them to a shelf, and the
@@ -139,19 +144,27 @@ def flush_device_collectives(ctx: DistContext) -> None:
     495 MiB left after gc and after 2 s, 64 MiB after a barrier, the rest cuBLAS's workspace).
     One tiny all-reduce right after the teardown empties only what the watchdog had already
     shelved: on 1x H100 (2026-11-26) a fresh ddp rank still held 250 and 598 MiB of the last
-    buckets after it, so the group ended and the next configuration paid a fresh start. So: the
-    device finishes, the watchdog gets time to scan, and a second all-reduce empties its shelf.
-    Every rank does the same at the same point after its teardown; nothing to do on a CPU."""
+    buckets after it, so the group ended and the next configuration paid a fresh start.
+
+    So: the device finishes, and all-reduces follow FLUSH_POLL_S apart, each emptying what the
+    watchdog has shelved by then, until no rank holds more than `still_held` allows, for at most
+    WATCHDOG_SCAN_S. Each all-reduce carries whether any rank still holds too much (the maximum
+    over ranks), so every rank stops after the same one. A run with nothing kept (FSDP, DeepSpeed,
+    a flushed ddp) pays one all-reduce, where a fixed wait of WATCHDOG_SCAN_S cost every
+    configuration 0.25 s. Every rank calls this at the same point after its teardown; nothing to
+    do on a CPU."""
     if ctx.device.type != "cuda" or not dist.is_initialized():
         return
-    t = torch.zeros(1, device=ctx.device)
     torch.cuda.synchronize(ctx.device)
-    dist.all_reduce(t)  # empties what the watchdog has shelved already
-    torch.cuda.synchronize(ctx.device)
-    time.sleep(WATCHDOG_SCAN_S)  # it shelves the rest
-    dist.all_reduce(t)
-    torch.cuda.synchronize(ctx.device)
-    del t
+    flag = torch.zeros(1, device=ctx.device)
+    for _ in range(1 + math.ceil(WATCHDOG_SCAN_S / FLUSH_POLL_S)):
+        flag.fill_(1.0 if still_held() else 0.0)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # also empties what the watchdog has shelved
+        torch.cuda.synchronize(ctx.device)
+        if flag.item() == 0.0:
+            break
+        time.sleep(FLUSH_POLL_S)  # the watchdog shelves the rest
+    del flag
     torch.cuda.empty_cache()
 
 

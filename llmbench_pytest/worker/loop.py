@@ -170,7 +170,10 @@ def after_window(
     keep = trace_path if (spec.trace and rank == 0) else None
     note(log, logging.INFO, {"phase": "profiling", "step": 0, "steps": spec.profile_steps},
          "profiling %d untimed steps", spec.profile_steps)  # fmt: skip
-    trace = profile_steps(step, spec.profile_steps, device, keep).to_dict()
+    # the host's operators name the attention that --llmbench-attention asked for (trace.py), and
+    # a trace --llmbench-profile keeps has them on every rank
+    host_ops = spec.attention != "default" or spec.trace
+    trace = profile_steps(step, spec.profile_steps, device, keep, host_ops=host_ops).to_dict()
     log.info(
         "profiled %d steps: %.4f s in collectives per step", spec.profile_steps, trace["comm_sec_per_step"]
     )

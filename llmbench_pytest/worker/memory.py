@@ -220,6 +220,12 @@ def fresh_level(device: torch.device) -> FreshLevel:
     return _FRESH[device.type]
 
 
+def beyond_limit(device: torch.device, fresh: FreshLevel) -> bool:
+    """Whether this process holds more than LEFTOVER_LIMIT_BYTES beyond its fresh level now (after
+    a teardown's collection): what `leftover` would report."""
+    return _held_bytes(device) - fresh.device_bytes > LEFTOVER_LIMIT_BYTES
+
+
 def _held_bytes(device: torch.device) -> int:
     """Called just after a collection."""
     if device.type == "cuda":

@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import json
 import logging
 import os
 import sys
@@ -32,10 +33,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..results.storage import write_json_atomic
 from .progress import note
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     import torch
 
@@ -101,20 +103,49 @@ def ask_cpuinfo_once() -> None:
     is twice per CPU Adam load (its compiler flags) and once per CPU Adam optimizer it creates, and
     each answer is a new Python process of py-cpuinfo's own: 1.1 s apiece, 4.8 s of a test_pretrain
     session's single rank on 1x H100 (2026-11-26, docs/results/2026-11-26-h100-pretrain-fresh-host).
-    The CPU does not change under a running process; each caller gets its own copy of the answer."""
+    The CPU does not change under a running process; each caller gets its own copy of the answer.
+    The first answer is also kept for the machine (`_machine_answer`): the ops built ahead ask at
+    the session's start, and the rank's first CPU Adam load then reads it instead of paying 1.1 s."""
     try:
         import cpuinfo
     except ImportError:  # DeepSpeed then fails its own import of it, with its own message
         return
     if getattr(cpuinfo.get_cpu_info, "llmbench_once", False):
         return
-    first = functools.cache(cpuinfo.get_cpu_info)
+    ask = cpuinfo.get_cpu_info
+    first = functools.cache(lambda: _machine_answer(ask))
 
     def get_cpu_info() -> dict[str, Any]:
         return dict(first())
 
     get_cpu_info.llmbench_once = True  # type: ignore[attr-defined]
     cpuinfo.get_cpu_info = get_cpu_info
+
+
+def cpuinfo_file() -> Path | None:
+    """Where this machine's py-cpuinfo answer is kept, named by the kernel's boot id: a CPU does
+    not change while the machine is up, and a reboot (or another machine sharing the home
+    directory) finds no file of its own and asks again. None where there is no boot id."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    return extensions_root() / f"cpuinfo-{os.uname().nodename}-{boot}.json"
+
+
+def _machine_answer(ask: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    path = cpuinfo_file()
+    if path is not None:
+        with contextlib.suppress(OSError, ValueError):
+            kept = json.loads(path.read_text())
+            if isinstance(kept, dict) and kept:
+                return kept
+    answer = ask()
+    if path is not None:
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, answer)
+    return answer
 
 
 BUILDERS = {"shm_comm": "ShareMemCommBuilder", "cpu_adam": "CPUAdamBuilder", "async_io": "AsyncIOBuilder"}

@@ -41,7 +41,15 @@ from .epoch_loop import epoch_loop
 from .faults import teardown_fault
 from .live_objects import settle
 from .loop import LoopSamples, extra_steps, timed_loop
-from .memory import LEFTOVER_LIMIT_BYTES, FreshLevel, fresh_level, has_fresh_level, leftover, release
+from .memory import (
+    LEFTOVER_LIMIT_BYTES,
+    FreshLevel,
+    beyond_limit,
+    fresh_level,
+    has_fresh_level,
+    leftover,
+    release,
+)
 from .models import build_model, preload
 from .ops import prepare_ops
 from .probes import h2d_link_gbps
@@ -125,7 +133,8 @@ def run_benchmark(
                 status, error = "error", f"rank {ctx.rank}: teardown failed: {_describe_error(exc)}"
             del exc
         try:
-            flush_device_collectives(ctx)  # every rank, whatever its teardown did: it is a collective
+            # every rank, whatever its teardown did: it is a collective
+            flush_device_collectives(ctx, lambda: beyond_limit(ctx.device, fresh))
         except Exception as exc:  # a communicator a failed run broke: the group ends, as above
             log.error("%s: teardown failed: %s", spec.name, _describe_error(exc))
             if status == "ok":

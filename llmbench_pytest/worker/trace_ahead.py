@@ -26,6 +26,7 @@ from typing import Any
 from ..config.presets import ModelPreset, resolve_model
 from ..config.spec import RunSpec
 from . import trace_cache
+from .lean_imports import skip_unused_imports
 
 
 def _keys(specs: list[RunSpec]) -> dict[tuple[Any, ...], tuple[RunSpec, ModelPreset]]:
@@ -54,6 +55,7 @@ def trace_all(specs: list[RunSpec]) -> dict[str, Any]:
     missing = _keys(specs)
     # every marker before the first trace: a rank waits for any of them, not only the first
     markers = {key: trace_cache.mark_pending(key) for key in missing}
+    skip_unused_imports()  # as a rank does, before the first model class (lean_imports.py)
     traced = []
     try:
         for key, (spec, preset) in missing.items():

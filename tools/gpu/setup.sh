@@ -18,6 +18,11 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/llmbench-install.log 2>&1 \
   || { echo "editable install failed:"; tail -5 /tmp/llmbench-install.log; }
 export PYTHONUNBUFFERED=1
+# this checkout's own bytecode, as installing a wheel of it would compile it: an editable install
+# has none, and with PYTHONDONTWRITEBYTECODE (below) every new process compiled llmbench_pytest's
+# modules again (1.2 s of a fresh rank's start on 1x H100, py-spy, 2026-11-26,
+# docs/results/2026-11-26-h100-pretrain-fresh-host-4)
+python3 -m compileall -q -j 0 llmbench_pytest >/dev/null 2>&1 || echo "llmbench_pytest's bytecode not compiled"
 # bytecode for the image's own packages: these hosts set PYTHONDONTWRITEBYTECODE=1 and their torch,
 # sympy, numpy and triton carry no .pyc, so every new process compiled them again (14.7 s of a
 # first llama-1b rank on 1x H100, 2026-11-26, docs/results/2026-11-26-h100-pretrain-fresh-host).
