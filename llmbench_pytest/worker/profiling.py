@@ -9,6 +9,7 @@ Perfetto (ui.perfetto.dev) and TensorBoard's profiler plugin.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,8 +19,24 @@ from torch.profiler import ProfilerActivity, profile
 
 from ..analysis.trace import TraceSummary, summarize
 
+TEARDOWN_ENV = "TEARDOWN_CUPTI"
+"""Kineto finalizes CUPTI when the profiler stops only where this says "1". Left subscribed, CUPTI
+slows every kernel launch after it: on 1x H100 (torch 2.11, CUDA 13.0, 2026-11-26) a host-bound
+step ran 1.29-1.31x slower after one profiled step, where a process that profiled nothing ran
+0.98-1.13x (tools/gpu/profiler_after.py, docs/results/2026-11-26-h100-pretrain-fresh-host-4). A
+warm rank measures its next configurations after these steps (every configuration at two ranks or
+more, offload at one), so each rank sets it before its first profiled step, unless the environment
+says otherwise; torch itself sets "0" where CUDA graphs need CUPTI kept (torch.profiler)."""
+
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+
+def ask_cupti_teardown(device_type: str) -> None:
+    """On a GPU, have Kineto finalize CUPTI when the profiler stops (TEARDOWN_ENV), unless the
+    environment already says; a CPU's profiler has no CUPTI to leave behind."""
+    if device_type == "cuda":
+        os.environ.setdefault(TEARDOWN_ENV, "1")
 
 
 def profile_steps(
@@ -35,6 +52,7 @@ def profile_steps(
     device's alone, and an offload step under the profiler took 1.10-1.34 s where the step itself
     took 0.65-0.71 s (1x H100, 2026-11-26), most of the difference recording, exporting and
     reading back every operator of a ZeRO step. A kept trace (--llmbench-profile) always has both."""
+    ask_cupti_teardown(device.type)
     activities = [ProfilerActivity.CPU] if host_ops or keep_trace is not None or device.type != "cuda" else []
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)

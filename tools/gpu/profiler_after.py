@@ -7,13 +7,15 @@ step is mostly kernel launches, where any per-launch overhead shows): both time 
 then one runs a single step under torch.profiler (device activity only, as the counted steps after
 an offload window do; `--host-ops` adds the host's operators) and the other does not, and both time
 a second block. The figure is each process's second block against its first; the two should match
-if profiling leaves nothing behind.
+if profiling leaves nothing behind. `--teardown 1` sets TEARDOWN_CUPTI=1 (Kineto then finalizes
+CUPTI when the profiler stops, as llmbench's ranks ask: worker/profiling.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -59,13 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--host-ops", action="store_true")
+    parser.add_argument(
+        "--teardown", choices=["unset", "0", "1"], default="unset", help="TEARDOWN_CUPTI for the processes"
+    )
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     runs = []
     for _ in range(args.rounds):
         for profiled in ("0", "1"):
             command = [sys.executable, "-c", CHILD, profiled, "1" if args.host_ops else "0", str(args.steps)]
-            out = subprocess.run(command, capture_output=True, text=True, check=False)
+            env = {k: v for k, v in os.environ.items() if k != "TEARDOWN_CUPTI"}
+            if args.teardown != "unset":
+                env["TEARDOWN_CUPTI"] = args.teardown
+            out = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
             if out.returncode != 0:
                 print(out.stderr[-2000:], file=sys.stderr)
                 continue
