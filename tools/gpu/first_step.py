@@ -1,0 +1,115 @@
+"""Where a fresh rank's first training step goes: forward, backward and the optimizer, each timed
+to the device's end, for the first steps of a new process (a session's first configuration spent
+2.2-2.9 s on its first warm-up step on 1x H100, a warm rank 0.4 s).
+
+    python3 tools/gpu/first_step.py                       # ddp, llama-1b, seq 2048, batch 8
+    python3 tools/gpu/first_step.py --strategy fsdp --steps 3 --json out.json
+    python3 tools/gpu/first_step.py --collective-first    # one all-reduce before the first step
+
+Runs one rank in this process the way a launcher's rank does (torchrun's environment, NCCL with its
+eager connect, llmbench's own model, strategy and batches), prints each phase's seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--strategy", default="ddp")
+    parser.add_argument("--model", default="llama-1b")
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--collective-first", action="store_true", help="an all-reduce before step 1")
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    torchrun_env = {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29533",
+        "TORCHELASTIC_RUN_ID": "probe",
+    }
+    for key, value in torchrun_env.items():
+        os.environ.setdefault(key, value)
+    marks: dict[str, float] = {}
+    began = time.perf_counter()
+
+    def mark(name: str) -> None:
+        marks[name] = round(time.perf_counter() - began, 3)
+
+    import torch
+
+    from llmbench_pytest.config.presets import resolve_model
+    from llmbench_pytest.config.ranks import rank_env
+    from llmbench_pytest.config.spec import RunSpec, parse_strategy
+    from llmbench_pytest.worker import dist
+    from llmbench_pytest.worker.data import rank_batches
+    from llmbench_pytest.worker.models import build_model, preload
+    from llmbench_pytest.worker.strategies import make_strategy
+
+    mark("import_torch_and_worker")
+    info, offload = parse_strategy(args.strategy)
+    spec = RunSpec(
+        strategy=info.name, offload=offload, model=args.model, seq_len=args.seq_len,
+        per_device_batch=args.batch, steps=args.steps, warmup=0, dtype="bf16", device="cuda",
+    )  # fmt: skip
+    ctx = dist.init(rank_env(), "cuda", 600.0)
+    mark("dist_init")
+    preset = resolve_model(spec.model, spec.model_config)
+    preload(spec, preset)
+    mark("preload")
+    built = build_model(spec, preset, ctx.device)
+    torch.cuda.synchronize()
+    mark("build")
+    strategy = make_strategy(spec)
+    strategy.setup(built, spec, ctx)
+    torch.cuda.synchronize()
+    mark("wrap")
+    batches = rank_batches(
+        spec.seed, 0, 1, args.steps, spec.per_device_batch, spec.seq_len, built.vocab_size, pin=True
+    )
+    mark("data")
+    if args.collective_first:
+        t = torch.ones(1, device=ctx.device)
+        torch.distributed.all_reduce(t)
+        torch.cuda.synchronize()
+        mark("first_collective")
+    for i, host in enumerate(batches, start=1):
+        ids = host.to(ctx.device, non_blocking=True)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = strategy.micro_step(ids, True)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        strategy.optimizer_step()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        marks[f"step{i}_forward_backward"] = round(t1 - t0, 3)
+        marks[f"step{i}_optimizer"] = round(t2 - t1, 3)
+        float(loss)
+    mark("end")
+    loading = os.environ.get("CUDA_MODULE_LOADING", "default")
+    print(json.dumps({"strategy": args.strategy, "collective_first": args.collective_first,
+                      "module_loading": loading, "marks": marks}))  # fmt: skip
+    if args.json:
+        with open(args.json, "a") as fh:
+            record = {"strategy": args.strategy, "module_loading": loading, "marks": marks}
+            fh.write(json.dumps(record) + "\n")
+    strategy.close()
+    dist.shutdown(ctx)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
