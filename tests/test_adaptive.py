@@ -324,6 +324,21 @@ def test_gpu_defaults_are_adaptive_between_10_and_100_steps():
     assert build_matrix(given, hw("cpu"), [1], launched=True)[0].spec.window_budget_s == 5.0
 
 
+def test_gpu_warm_up_is_two_steps_and_zero3_keeps_a_third():
+    """From the archived runs (launch/matrix.GPU_WARMUP): ZeRO-3's third step had not settled, the
+    others' had; a CPU keeps its two; --llmbench-warmup is taken as given everywhere."""
+    strategies = ("ddp", "fsdp", "zero2", "zero2_offload", "zero3", "zero3_offload")
+    by_name = {
+        e.id.split("-ws")[0]: e.spec.warmup
+        for e in build_matrix(SessionOptions(strategies=strategies), hw("cuda", 1), [1], launched=True)
+    }
+    assert by_name == {"ddp": 2, "fsdp": 2, "zero2": 2, "zero2_offload": 2, "zero3": 3, "zero3_offload": 3}
+    (cpu,) = build_matrix(SessionOptions(strategies=("zero3",)), hw("cpu"), [1], launched=True)
+    assert cpu.spec.warmup == 2
+    given = SessionOptions(strategies=("zero3", "ddp"), warmup=5)
+    assert {e.spec.warmup for e in build_matrix(given, hw("cuda", 1), [1], launched=True)} == {5}
+
+
 def test_the_census_is_taken_in_the_last_warm_up_step_where_the_optimizer_state_exists():
     # the first step creates the optimizer's state: a census in it would miss that state (the
     # model_states check fails such a census, tried: ddp -49.9%, zero1 -39.8% on llama-tiny)
