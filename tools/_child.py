@@ -1,4 +1,5 @@
-"""Run a pytest session as a child of a tool, so that ending the tool ends the session.
+"""Run a pytest session as a child of a tool, so that ending the tool ends the session; and a
+probe's child process, whose figures are the JSON line it prints last (`figures_of`).
 
     from _child import run_session           # with tools/ on sys.path (the tools put it there)
     done = run_session([sys.executable, "-m", "pytest", ...], cwd=REPO, capture_output=True)
@@ -20,9 +21,11 @@ ignored. Standard library only.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -146,3 +149,14 @@ def run_session(
     if first is not None and exit_on_signal:
         raise SystemExit(128 + first)
     return Session(cmd, proc.returncode, out, err, first)
+
+
+def figures_of(cmd: list[str], label: str, **run_kwargs: Any) -> dict[str, Any] | None:
+    """Run a probe's child to its end (`run_kwargs` as subprocess.run takes them: env, timeout)
+    and return the figures it printed as JSON on its last line of stdout; None where it failed,
+    after printing `label`, its exit status and the end of its stderr."""
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, **run_kwargs)
+    if done.returncode != 0:
+        print(f"{label}: exit {done.returncode}\n{done.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -220,10 +220,15 @@ def fresh_level(device: torch.device) -> FreshLevel:
     return _FRESH[device.type]
 
 
+def _beyond_fresh(device: torch.device, fresh: FreshLevel) -> int:
+    """Bytes held now beyond the fresh level (called just after a collection)."""
+    return max(0, _held_bytes(device) - fresh.device_bytes)
+
+
 def beyond_limit(device: torch.device, fresh: FreshLevel) -> bool:
     """Whether this process holds more than LEFTOVER_LIMIT_BYTES beyond its fresh level now (after
     a teardown's collection): what `leftover` would report."""
-    return _held_bytes(device) - fresh.device_bytes > LEFTOVER_LIMIT_BYTES
+    return _beyond_fresh(device, fresh) > LEFTOVER_LIMIT_BYTES
 
 
 def _held_bytes(device: torch.device) -> int:
@@ -251,12 +256,12 @@ def leftover(device: torch.device, fresh: FreshLevel, named: int = 5) -> dict[st
     by: dict of llmbench_pytest.worker.faults"). Memory no Python tensor accounts for (a library's
     C++ buffers) shows in the bytes but names nothing."""
     gc.collect()
-    extra = max(0, _held_bytes(device) - fresh.device_bytes)
+    extra = _beyond_fresh(device, fresh)
     if extra > LEFTOVER_LIMIT_BYTES:
         # before naming a leftover: a full collection, garbage among the frozen objects included
         thaw()
         gc.collect()
-        extra = max(0, _held_bytes(device) - fresh.device_bytes)
+        extra = _beyond_fresh(device, fresh)
     tensors = [t for t in _live_tensors(device.type) if id(t) not in fresh.tensor_ids]
     sizes = {}
     for t in tensors:

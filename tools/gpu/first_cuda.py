@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _child import figures_of
 
 CHILD = r"""
 import json, sys, threading, time
@@ -80,13 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.rounds):
         for mode in modes:
             started = time.perf_counter()
-            command = [sys.executable, "-c", CHILD, mode]
-            out = subprocess.run(command, capture_output=True, text=True, check=False)
+            run = figures_of([sys.executable, "-c", CHILD, mode], mode)
             wall = time.perf_counter() - started
-            if out.returncode != 0:
-                print(f"{mode}: exit {out.returncode}\n{out.stderr[-2000:]}", file=sys.stderr)
+            if run is None:
                 continue
-            run = json.loads(out.stdout.strip().splitlines()[-1])
             run["wall_sec"] = round(wall, 3)
             runs.append(run)
             print(json.dumps(run))

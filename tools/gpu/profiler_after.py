@@ -16,8 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _child import figures_of
 
 CHILD = r"""
 import json, sys, time
@@ -73,11 +77,9 @@ def main(argv: list[str] | None = None) -> int:
             env = {k: v for k, v in os.environ.items() if k != "TEARDOWN_CUPTI"}
             if args.teardown != "unset":
                 env["TEARDOWN_CUPTI"] = args.teardown
-            out = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
-            if out.returncode != 0:
-                print(out.stderr[-2000:], file=sys.stderr)
+            run = figures_of(command, "profiled" if profiled == "1" else "not profiled", env=env)
+            if run is None:
                 continue
-            run = json.loads(out.stdout.strip().splitlines()[-1])
             runs.append(run)
             print(json.dumps(run))
     for profiled in (False, True):
