@@ -5,9 +5,11 @@ that reaches a trace the session's trace ahead is making waits for it (worker/tr
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 from llmbench_pytest.config.presets import resolve_model
 from llmbench_pytest.config.spec import RunSpec
 from llmbench_pytest.plan.predict import predict_spec, traced_as
-from llmbench_pytest.results.liveness import this_session
+from llmbench_pytest.results.liveness import session_alive, this_session
 from llmbench_pytest.worker import step_trace, trace_cache
 
 SPEC = RunSpec(strategy="zero2", model="llama-tiny", seq_len=64, per_device_batch=2, steps=1, warmup=0,
@@ -129,3 +131,52 @@ def test_a_rank_stops_waiting_at_the_limit(cache):
     started = time.monotonic()
     assert trace_cache.wait_for_ahead(key, limit_s=0.3) is None
     assert 0.3 <= time.monotonic() - started < 5
+
+
+def test_a_marker_is_never_seen_half_written(cache, monkeypatch):
+    """A rank polling for the marker reads it whole or not at all: one it could not parse would be
+    taken for none, and the rank would trace the step a second time (CI, seed 73385)."""
+    real_open = io.open
+
+    class SlowHalves:  # writes half, lets the reader in, then the rest
+        def __init__(self, fh):
+            self._fh = fh
+
+        def write(self, text):
+            self._fh.write(text[: len(text) // 2])
+            self._fh.flush()
+            time.sleep(0.3)
+            return self._fh.write(text[len(text) // 2 :])
+
+        def __getattr__(self, name):
+            return getattr(self._fh, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self._fh.__exit__(*exc)
+
+    def slow_open(file, mode="r", *args, **kwargs):
+        fh = real_open(file, mode, *args, **kwargs)
+        return SlowHalves(fh) if "w" in mode else fh
+
+    monkeypatch.setattr(io, "open", slow_open)
+    key = trace_cache.trace_key(SPEC, traced_as(SPEC, resolve_model(SPEC.model, SPEC.model_config)))
+    marking = threading.Thread(target=trace_cache.mark_pending, args=(key,))
+    marking.start()
+    marker, seen = _marker(SPEC), []
+    deadline = time.monotonic() + 30
+    while (marking.is_alive() or not seen) and time.monotonic() < deadline:
+        try:
+            seen.append(marker.read_text())
+        except FileNotFoundError:
+            time.sleep(0.005)
+    marking.join()
+    assert seen, "mark_pending wrote no marker"
+    for text in seen:
+        try:
+            owner = json.loads(text)
+        except ValueError:
+            pytest.fail(f"read a half-written marker: {text!r}")
+        assert session_alive(owner) is True

@@ -120,10 +120,14 @@ def mark_pending(key: tuple[Any, ...]) -> Path | None:
     path = _path(key)
     if path is None:
         return None
+    from ..results.storage import write_text_atomic
+
     marker = path.with_suffix(PENDING)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps(this_session()))
+        # whole or absent: a rank reading a half-written marker would take it for none and trace
+        # the step a second time (seen in CI on a loaded 2-core machine)
+        write_text_atomic(marker, json.dumps(this_session()), durable=False)
     except OSError:
         return None
     return marker
