@@ -5,6 +5,13 @@ to the device's end, for the first steps of a new process (a session's first con
     python3 tools/gpu/first_step.py                       # ddp, llama-1b, seq 2048, batch 8
     python3 tools/gpu/first_step.py --strategy fsdp --steps 3 --json out.json
     python3 tools/gpu/first_step.py --collective-first    # one all-reduce before the first step
+    python3 tools/gpu/first_step.py --attention-first     # the model's attention alone, before step 1
+    python3 tools/gpu/first_step.py --sdpa-backend flash  # every step on one SDPA backend
+
+The last two ask where a fresh host's first step loses about 1 s to the driver's JIT
+(docs/results/2026-11-26-h100-pretrain-fresh-host-4, calls 7-10): if it is cuDNN's runtime-compiled
+attention, `--attention-first` moves that second into `attention_first` and `--sdpa-backend flash`
+removes it (compare `du -sk ~/.nv/ComputeCache` after each, in a new CUDA_CACHE_PATH).
 
 Runs one rank in this process the way a launcher's rank does (torchrun's environment, NCCL with its
 eager connect, llmbench's own model, strategy and batches), prints each phase's seconds.
@@ -29,6 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--collective-first", action="store_true", help="an all-reduce before step 1")
+    parser.add_argument(
+        "--attention-first", action="store_true",
+        help="scaled_dot_product_attention forward and backward at the model's shape before step 1",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sdpa-backend", choices=["default", "cudnn", "flash", "efficient", "math"], default="default",
+        help="run the attention (first and steps) on this SDPA backend only",
+    )  # fmt: skip
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     torchrun_env = {
@@ -80,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         spec.seed, 0, 1, args.steps, spec.per_device_batch, spec.seq_len, built.vocab_size, pin=True
     )
     mark("data")
+    backend = _sdpa_backend(args.sdpa_backend)
+    backend.__enter__()
+    if args.attention_first:
+        _attention(preset.config, spec.per_device_batch, spec.seq_len, ctx.device)
+        mark("attention_first")
     if args.collective_first:
         t = torch.ones(1, device=ctx.device)
         torch.distributed.all_reduce(t)
@@ -99,16 +119,47 @@ def main(argv: list[str] | None = None) -> int:
         marks[f"step{i}_optimizer"] = round(t2 - t1, 3)
         float(loss)
     mark("end")
+    backend.__exit__(None, None, None)
     loading = os.environ.get("CUDA_MODULE_LOADING", "default")
-    print(json.dumps({"strategy": args.strategy, "collective_first": args.collective_first,
-                      "module_loading": loading, "marks": marks}))  # fmt: skip
+    record = {
+        "strategy": args.strategy, "collective_first": args.collective_first,
+        "attention_first": args.attention_first, "sdpa_backend": args.sdpa_backend,
+        "module_loading": loading, "marks": marks,
+    }  # fmt: skip
+    print(json.dumps(record))
     if args.json:
         with open(args.json, "a") as fh:
-            record = {"strategy": args.strategy, "module_loading": loading, "marks": marks}
             fh.write(json.dumps(record) + "\n")
     strategy.close()
     dist.shutdown(ctx)
     return 0
+
+
+def _sdpa_backend(name: str):
+    """A context that keeps SDPA on one backend, or none for the default choice."""
+    import contextlib
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if name == "default":
+        return contextlib.nullcontext()
+    names = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
+    return sdpa_kernel(getattr(SDPBackend, names.get(name, "MATH")))
+
+
+def _attention(config: dict, batch: int, seq_len: int, device) -> None:
+    """One causal attention forward and backward in bf16 at the model's heads and head size, as
+    the model's first step will call it (Llama's SDPA path: batch, heads, sequence, head size)."""
+    import torch
+    import torch.nn.functional as F
+
+    heads = config["num_attention_heads"]
+    shape = (batch, heads, seq_len, config["hidden_size"] // heads)
+    q, k, v = (torch.randn(shape, device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    torch.cuda.synchronize()
+    del q, k, v
+    torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
