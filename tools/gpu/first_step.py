@@ -6,11 +6,11 @@ to the device's end, for the first steps of a new process (a session's first con
     python3 tools/gpu/first_step.py --strategy fsdp --steps 3 --json out.json
     python3 tools/gpu/first_step.py --collective-first    # one all-reduce before the first step
     python3 tools/gpu/first_step.py --attention-first     # the model's attention alone, before step 1
-    python3 tools/gpu/first_step.py --sdpa-backend flash  # every step on one SDPA backend
+    python3 tools/gpu/first_step.py --attention flash     # as --llmbench-attention=flash
 
 The last two ask where a fresh host's first step loses about 1 s to the driver's JIT
 (docs/results/2026-11-26-h100-pretrain-fresh-host-4, calls 7-10): if it is cuDNN's runtime-compiled
-attention, `--attention-first` moves that second into `attention_first` and `--sdpa-backend flash`
+attention, `--attention-first` moves that second into `attention_first` and `--attention flash`
 removes it (compare `du -sk ~/.nv/ComputeCache` after each, in a new CUDA_CACHE_PATH).
 
 Runs one rank in this process the way a launcher's rank does (torchrun's environment, NCCL with its
@@ -24,6 +24,8 @@ import json
 import os
 import sys
 import time
+
+from llmbench_pytest.config.spec import ATTENTION_BACKENDS  # no torch: the imports stay timed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         help="scaled_dot_product_attention forward and backward at the model's shape before step 1",
     )  # fmt: skip
     parser.add_argument(
-        "--sdpa-backend", choices=["default", "cudnn", "flash", "efficient", "math"], default="default",
-        help="run the attention (first and steps) on this SDPA backend only",
+        "--attention", choices=ATTENTION_BACKENDS, default="default",
+        help="the run's attention, as --llmbench-attention sets it (an SDPA backend holds for the first too)",
     )  # fmt: skip
     parser.add_argument("--json")
     args = parser.parse_args(argv)
@@ -78,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec(
         strategy=info.name, offload=offload, model=args.model, seq_len=args.seq_len,
         per_device_batch=args.batch, steps=args.steps, warmup=0, dtype="bf16", device="cuda",
+        attention=args.attention,
     )  # fmt: skip
     ctx = dist.init(rank_env(), "cuda", 600.0)
     mark("dist_init")
@@ -95,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
         spec.seed, 0, 1, args.steps, spec.per_device_batch, spec.seq_len, built.vocab_size, pin=True
     )
     mark("data")
-    backend = _sdpa_backend(args.sdpa_backend)
-    backend.__enter__()
     if args.attention_first:
         _attention(preset.config, spec.per_device_batch, spec.seq_len, ctx.device)
         mark("attention_first")
@@ -119,11 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         marks[f"step{i}_optimizer"] = round(t2 - t1, 3)
         float(loss)
     mark("end")
-    backend.__exit__(None, None, None)
     loading = os.environ.get("CUDA_MODULE_LOADING", "default")
     record = {
         "strategy": args.strategy, "collective_first": args.collective_first,
-        "attention_first": args.attention_first, "sdpa_backend": args.sdpa_backend,
+        "attention_first": args.attention_first, "attention": args.attention,
         "module_loading": loading, "marks": marks,
     }  # fmt: skip
     print(json.dumps(record))
@@ -133,18 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     strategy.close()
     dist.shutdown(ctx)
     return 0
-
-
-def _sdpa_backend(name: str):
-    """A context that keeps SDPA on one backend, or none for the default choice."""
-    import contextlib
-
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    if name == "default":
-        return contextlib.nullcontext()
-    names = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
-    return sdpa_kernel(getattr(SDPBackend, names.get(name, "MATH")))
 
 
 def _attention(config: dict, batch: int, seq_len: int, device) -> None:
