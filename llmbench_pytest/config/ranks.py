@@ -80,6 +80,11 @@ def import_once(names: Iterable[str]) -> None:
     import importlib
     import sys
 
+    if any(name.startswith("transformers") for name in names):
+        # what transformers imports for features no benchmark uses, answered "no" first as a rank
+        # answers it (worker/lean_imports.py): the forks inherit this process's imports
+        with contextlib.suppress(Exception):
+            importlib.import_module("llmbench_pytest.worker.lean_imports").skip_unused_imports()
     for name in names:
         with contextlib.suppress(Exception):
             importlib.import_module(name)

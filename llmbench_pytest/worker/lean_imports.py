@@ -1,20 +1,33 @@
 """Runs inside each rank (and the trace-ahead process): keeps transformers from importing what no
 benchmark uses.
 
-transformers' text generation (imported by every model class, through its auto factory) asks
-whether scikit-learn is installed, for assisted generation's ROC curve; where it is, the 5.17
-release imports it with the module, and scikit-learn brings pandas and scipy.stats: 1.5 s of the
-4.9 s a rank spent importing before its first llama model on the 1x H100 image (py-spy,
-docs/results/2026-11-26-h100-pretrain-fresh-host-4). Nothing here generates text, so the question
-is answered "no" in these processes before that module is imported; later transformers releases
-import scikit-learn only when assisted generation runs, and are unaffected.
+transformers imports some optional packages with its modules wherever they are installed, for
+features no benchmark uses. Each is asked through an availability check, so the answer is "no" in
+these processes before the module that asks is imported:
+- scikit-learn, for assisted generation's ROC curve: the 5.17 release imports it with its generation
+  module (which every model class imports, through its auto factory), and it brings pandas and
+  scipy.stats: 1.5 s of the 4.9 s a rank spent importing before its first llama model on the 1x
+  H100 image (py-spy, docs/results/2026-11-26-h100-pretrain-fresh-host-4). Later releases import
+  it only when assisted generation runs.
+- scipy, for the object-detection losses' matching (scipy.optimize), which modeling_utils imports
+  through its loss table: 0.5 s of that rank's imports. The rank's own statistics import
+  scipy.special when the window needs them (analysis/stats.py), which the answer does not touch.
+- torchao, for loading checkpoints quantized with it: its quantizer imports torchao's prototype
+  safetensors support with modeling_utils, 0.33 s. `--llmbench-fp8` imports torchao itself
+  (worker/techniques.py), not through transformers.
 """
 
 from __future__ import annotations
 
 import sys
 
-GENERATION_MODULE = "transformers.generation.candidate_generator"
+UNUSED = (
+    ("is_sklearn_available", "transformers.generation.candidate_generator"),
+    ("is_scipy_available", "transformers.loss.loss_for_object_detection"),
+    ("is_torchao_available", "transformers.quantizers.quantizer_torchao"),
+)
+"""Each availability check answered "no", and the module that imports the package when it says
+yes: once that module is imported it is too late to save anything, and the check is left alone."""
 
 
 def _no() -> bool:
@@ -22,10 +35,10 @@ def _no() -> bool:
 
 
 def skip_unused_imports() -> bool:
-    """Tell transformers that scikit-learn is absent, in this process, unless its generation
-    module is imported already (then it is too late to save anything, and it is left alone).
-    Returns whether the answer was changed. Without transformers, nothing to do."""
-    if GENERATION_MODULE in sys.modules:
+    """Answer "no" to each check in UNUSED whose importing module is not imported yet, in this
+    process. Returns whether any answer was changed. Without transformers, nothing to do."""
+    pending = [check for check, importer in UNUSED if importer not in sys.modules]
+    if not pending:
         return False
     try:
         from transformers import utils
@@ -34,7 +47,8 @@ def skip_unused_imports() -> bool:
         return False
     changed = False
     for module in (import_utils, utils):
-        if hasattr(module, "is_sklearn_available"):
-            module.is_sklearn_available = _no
-            changed = True
+        for check in pending:
+            if hasattr(module, check):
+                setattr(module, check, _no)
+                changed = True
     return changed

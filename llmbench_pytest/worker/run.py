@@ -28,6 +28,7 @@ from ..analysis.peak_model import UNFIT
 from ..config.presets import resolve_model
 from ..results.measurement import Measurement
 from . import env_info, process_settings
+from .attention_warmup import attention_ready
 from .data import rank_batches
 from .dist import (
     DistContext,
@@ -109,8 +110,10 @@ def run_benchmark(
     status, error = "ok", None
     if not has_fresh_level(ctx.device):
         with _timed(phases, "import_sec"), contextlib.suppress(Exception):
-            # what fails to import here fails the build below, as the run's status
-            preload(spec, resolve_model(spec.model, spec.model_config))
+            # what fails to import or resolve here fails the build below, as the run's status
+            preset = resolve_model(spec.model, spec.model_config)
+            with attention_ready(spec, preset, ctx.device, phases, log):  # beside the imports
+                preload(spec, preset)
     fresh = fresh_level(ctx.device)  # before this process's first run: what every run returns to
     process_settings.fresh()  # and torch's process-wide switches as they were then
     try:

@@ -7,6 +7,7 @@ to the device's end, for the first steps of a new process (a session's first con
     python3 tools/gpu/first_step.py --collective-first    # one all-reduce before the first step
     python3 tools/gpu/first_step.py --attention-first     # the model's attention alone, before step 1
     python3 tools/gpu/first_step.py --attention flash     # as --llmbench-attention=flash
+    python3 tools/gpu/first_step.py --attention-ready     # as a fresh rank: beside the imports
 
 The last two ask where a fresh host's first step loses about 1 s to the driver's JIT
 (docs/results/2026-11-26-h100-pretrain-fresh-host-4, calls 7-10): if it is cuDNN's runtime-compiled
@@ -21,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
+from contextlib import nullcontext
 
 from llmbench_pytest.config.spec import ATTENTION_BACKENDS  # no torch: the imports stay timed
 
@@ -41,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--attention-first", action="store_true",
         help="scaled_dot_product_attention forward and backward at the model's shape before step 1",
+    )  # fmt: skip
+    parser.add_argument(
+        "--attention-ready", action="store_true",
+        help="the same, in a thread beside the imports, as a fresh rank does (worker/attention_warmup.py)",
     )  # fmt: skip
     parser.add_argument(
         "--attention", choices=ATTENTION_BACKENDS, default="default",
@@ -71,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from llmbench_pytest.config.ranks import rank_env
     from llmbench_pytest.config.spec import RunSpec, parse_strategy
     from llmbench_pytest.worker import dist
+    from llmbench_pytest.worker.attention_warmup import attention_ready
     from llmbench_pytest.worker.data import rank_batches
     from llmbench_pytest.worker.models import build_model, preload
     from llmbench_pytest.worker.strategies import make_strategy
@@ -85,8 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     ctx = dist.init(rank_env(), "cuda", 600.0)
     mark("dist_init")
     preset = resolve_model(spec.model, spec.model_config)
-    preload(spec, preset)
+    warmup: dict[str, float] = {}
+    with (
+        attention_ready(spec, preset, ctx.device, warmup, logging.getLogger("first_step"))
+        if args.attention_ready
+        else nullcontext()
+    ):
+        preload(spec, preset)
     mark("preload")
+    marks.update({k: round(v, 3) for k, v in warmup.items()})
     built = build_model(spec, preset, ctx.device)
     torch.cuda.synchronize()
     mark("build")
@@ -123,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     loading = os.environ.get("CUDA_MODULE_LOADING", "default")
     record = {
         "strategy": args.strategy, "collective_first": args.collective_first,
-        "attention_first": args.attention_first, "attention": args.attention,
+        "attention_first": args.attention_first, "attention_ready": args.attention_ready,
+        "attention": args.attention,
         "module_loading": loading, "marks": marks,
     }  # fmt: skip
     print(json.dumps(record))
