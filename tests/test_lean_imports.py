@@ -6,6 +6,7 @@ no benchmark uses (worker/lean_imports.py): scikit-learn was 1.5 s of a fresh ra
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -55,7 +56,11 @@ def test_a_rank_imports_none_of_them_with_a_model_class(tmp_path):
     """The same imports with and without the answers, in new processes (this one's transformers
     keeps its own): without them transformers does use what is installed, so the check can fail."""
     _fake_sklearn(tmp_path)
-    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    # the fake first, then wherever this process finds the real packages (a GPU host's wheels)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+    }
     installed = [name for name in ("scipy", "torchao") if importlib.util.find_spec(name) is not None]
     imported_plain = " ".join(["True"] * len(installed))
     imported_none = " ".join(["False"] * len(installed))
