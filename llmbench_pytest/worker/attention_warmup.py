@@ -10,7 +10,9 @@ docs/results/2026-11-26-h100-pretrain-fresh-host-5.
 
 So a fresh rank runs one forward and backward of that attention, at the model's heads, head size,
 sequence length, batch and precision, in a thread while its main thread imports transformers and
-DeepSpeed (4.5-5.8 s on those hosts): the compile happens inside CUDA calls that release the GIL.
+DeepSpeed (4.3-5.0 s on those hosts): the compile happens inside CUDA calls that release the GIL.
+On four new hosts the thread took 1.8-2.0 s, the imports never waited for it, and the first step
+took 0.78-0.85 s (the first configuration's two warm-up steps 1.1-1.3 s, against 2.3 s before).
 The thread is joined, and what it allocated returned, before the rank takes its fresh memory level;
 nothing it does changes a measurement (no random draws, no process-wide switch). A failure here is
 only logged: the first step then compiles as it always did.
