@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .device_init import HALF_DTYPES
+
 if TYPE_CHECKING:
     import logging
     from collections.abc import Iterator
@@ -35,8 +37,6 @@ if TYPE_CHECKING:
     from ..config.presets import ModelPreset
     from ..config.spec import RunSpec
 
-_HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
-"""cuDNN's attention runs in half precision only: an fp32 run has nothing of it to compile."""
 _CUDNN_CHOICES = ("default", "cudnn")
 """--llmbench-attention values that may run on cuDNN (flash, efficient, math and fa2 ship compiled)."""
 
@@ -67,7 +67,7 @@ def attention_shape(spec: RunSpec, config: dict[str, Any]) -> AttentionShape | N
     compile ahead (a CPU, fp32, another backend, the encoder-decoder)."""
     if spec.workload not in ("causal_lm", "lora") or spec.attention not in _CUDNN_CHOICES:
         return None
-    if spec.dtype not in _HALF:
+    if spec.dtype not in HALF_DTYPES:  # cuDNN's attention is half precision only: fp32 compiles none of it
         return None
     heads = config.get("num_attention_heads", config.get("n_head"))
     hidden = config.get("hidden_size", config.get("n_embd"))
@@ -108,7 +108,7 @@ def attention_ready(
     out: dict[str, Any] = {}
     thread = threading.Thread(
         target=_attend,
-        args=(shape, _HALF[spec.dtype], device, out),
+        args=(shape, HALF_DTYPES[spec.dtype], device, out),
         name="llmbench-attention-warmup",
         daemon=True,
     )

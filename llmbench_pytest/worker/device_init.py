@@ -16,6 +16,10 @@ import torch
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+"""A run's half-precision dtype names: what a builder makes the weights in, and what a traced
+step or the attention warm-up computes in (fp32 is not here: its weights stay torch's default)."""
+
 
 @contextlib.contextmanager
 def on_device(device: torch.device, seed: int) -> Iterator[None]:

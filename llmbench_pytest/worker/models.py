@@ -17,7 +17,7 @@ from torch import nn
 
 from ..analysis.flops import FlopsModel
 from .built import BuiltModel
-from .device_init import on_device
+from .device_init import HALF_DTYPES, on_device
 from .lean_imports import skip_unused_imports
 from .seq2seq import build_seq2seq
 from .techniques import apply_techniques
@@ -128,7 +128,6 @@ _LORA_TARGETS = {
     "mistral": ["q_proj", "k_proj", "v_proj", "o_proj"],
     "gpt2": ["c_attn", "c_proj"],
 }
-_HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def build_lora(spec: RunSpec, preset: ModelPreset, device: torch.device) -> BuiltModel:
@@ -141,7 +140,7 @@ def build_lora(spec: RunSpec, preset: ModelPreset, device: torch.device) -> Buil
     from peft import LoraConfig, get_peft_model
 
     # drawn in 16 bits directly: a 7B base never exists in fp32 (28 GB) on its way to bf16 (14 GB)
-    built = build_causal_lm(spec, preset, device, dtype=_HALF.get(spec.dtype))
+    built = build_causal_lm(spec, preset, device, dtype=HALF_DTYPES.get(spec.dtype))
     model_type = getattr(built.module.config, "model_type", preset.architecture)
     targets = _LORA_TARGETS.get(model_type, _LORA_TARGETS["llama"])
     config = LoraConfig(

@@ -43,6 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..analysis.peak_model import StepTrace
 from . import trace_cache
+from .device_init import HALF_DTYPES
 from .trace_cache import compute_mode, trace_key
 
 __all__ = ["LiveBytes", "TraceUnavailable", "compute_mode", "trace_key", "trace_step"]
@@ -53,8 +54,6 @@ if TYPE_CHECKING:
     from ..config.presets import ModelPreset
     from ..config.spec import RunSpec
     from .built import BuiltModel
-
-_HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class TraceUnavailable(Exception):
@@ -99,7 +98,7 @@ def _trace(spec: RunSpec, preset: ModelPreset, mode: str) -> StepTrace:
     cpu = torch.device("cpu")
     default = torch.get_default_dtype()
     # built in the precision it computes in (a fake module cannot be cast after it is built)
-    torch.set_default_dtype(_HALF[spec.dtype] if mode == "half" else torch.float32)
+    torch.set_default_dtype(HALF_DTYPES[spec.dtype] if mode == "half" else torch.float32)
     try:
         # peft (and through it bitsandbytes and torch._dynamo, seconds of imports on a GPU host)
         # only where the model has adapters
@@ -151,7 +150,7 @@ def _traced(spec: RunSpec, mode: str, built: BuiltModel, started: float) -> Step
     counts = _counts(module, built.block_classes)
     width = 2 * spec.seq_len if spec.workload == "seq2seq" else spec.seq_len
     batch = torch.randint(0, max(2, built.vocab_size - 1), (spec.per_device_batch, width))
-    amp = torch.autocast("cpu", dtype=_HALF[spec.dtype]) if mode == "amp" else contextlib.nullcontext()
+    amp = torch.autocast("cpu", dtype=HALF_DTYPES[spec.dtype]) if mode == "amp" else contextlib.nullcontext()
     params = list(module.parameters())
     live = LiveBytes(params)
     with live:
