@@ -13,6 +13,7 @@ global batch, so each rank gets less work. Either way the ideal is N / N0 times 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -38,3 +39,93 @@ def mode(run: dict[str, Any], baseline: dict[str, Any]) -> str | None:
 
 def global_batch(r: dict[str, Any]) -> int:
     return int(r.get("world_size") or 1) * int(r.get("per_device_batch") or 0) * int(r.get("grad_accum") or 1)
+
+
+@dataclass(frozen=True)
+class LostTime:
+    """Where the step time lost to scaling went, per step, at world size N against its baseline:
+    the step linear scaling would give (`ideal_sec`), and the parts the profiled steps explain.
+    Each part is a share of the profiled steps' device span applied to the window's step, and the
+    baseline's own part is taken off (a 1-GPU run exposes no communication)."""
+
+    step_sec: float
+    ideal_sec: float
+    exposed_comm_sec: float | None
+    """Collectives no computation hid, less the part spent waiting for the slowest rank."""
+    waiting_sec: float | None
+    """Waiting inside collectives for the slowest rank: the most time any rank spent in collectives
+    less the least (the slowest rank arrives last and waits least)."""
+    host_sec: float | None
+    """The device idle, waiting for its host (offload's CPU optimizer, PCIe copies, launches),
+    beyond the baseline's."""
+
+    @property
+    def lost_sec(self) -> float:
+        return self.step_sec - self.ideal_sec
+
+    @property
+    def other_sec(self) -> float:
+        """What the profile does not explain (compute itself slower at N, the profiler's reach)."""
+        known = [p for p in (self.exposed_comm_sec, self.waiting_sec, self.host_sec) if p is not None]
+        return self.lost_sec - sum(known)
+
+    def parts(self) -> dict[str, float | None]:
+        return {
+            "exposed communication": self.exposed_comm_sec,
+            "waiting for the slowest rank": self.waiting_sec,
+            "host work": self.host_sec,
+            "other": self.other_sec,
+        }
+
+    def main_cause(self) -> str | None:
+        """The part that explains most of the loss, or None when nothing was lost."""
+        if self.lost_sec <= 0:
+            return None
+        return max(((k, v) for k, v in self.parts().items() if v is not None), key=lambda kv: kv[1])[0]
+
+
+def _tokens_per_step(r: dict[str, Any]) -> float:
+    return global_batch(r) * float(r.get("seq_len") or 1)
+
+
+def _comm(r: dict[str, Any]) -> dict[str, Any]:
+    return r.get("communication") or {}
+
+
+def _share(r: dict[str, Any], key: str) -> float | None:
+    """A time of the profiled steps as a share of their device span (communication block)."""
+    comm = _comm(r)
+    span, value = comm.get("profiled_step_sec"), comm.get(key)
+    return value / span if span and value is not None else None
+
+
+def _waiting_share(r: dict[str, Any]) -> float | None:
+    """The spread of time in collectives over the ranks' profiled steps, as a share of the span."""
+    span = _comm(r).get("profiled_step_sec")
+    times = [
+        (rank.get("profile") or {}).get("comm_sec_per_step")
+        for rank in r.get("per_rank") or []
+        if (rank.get("profile") or {}).get("comm_sec_per_step") is not None
+    ]
+    if not span or len(times) < 2:
+        return None
+    return (max(times) - min(times)) / span
+
+
+def lost_time(run: dict[str, Any], baseline: dict[str, Any]) -> LostTime | None:
+    """`run` (result.json) against `baseline` (the same configuration at a smaller world size)."""
+    step, base = run.get("mean_step_time_sec"), baseline.get("mean_step_time_sec")
+    n, n0 = int(run.get("world_size") or 1), int(baseline.get("world_size") or 1)
+    if not step or not base:
+        return None
+    # the step linear scaling gives: the baseline's, for as many tokens per rank (eff = ideal / step)
+    ideal = base * (_tokens_per_step(run) / _tokens_per_step(baseline)) * (n0 / n)
+    exposed, wait = _share(run, "comm_exposed_sec_per_step"), _waiting_share(run)
+    base_exposed = _share(baseline, "comm_exposed_sec_per_step") if n0 > 1 else 0.0
+    exposed_sec = waiting_sec = None
+    if exposed is not None and base_exposed is not None:
+        waiting_sec = min(wait or 0.0, exposed) * step
+        exposed_sec = exposed * step - waiting_sec - base_exposed * ideal
+    idle, base_idle = _share(run, "device_idle_sec_per_step"), _share(baseline, "device_idle_sec_per_step")
+    host_sec = idle * step - base_idle * ideal if idle is not None and base_idle is not None else None
+    return LostTime(step, ideal, exposed_sec, waiting_sec, host_sec)

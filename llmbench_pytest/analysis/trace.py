@@ -1,5 +1,6 @@
 """Reads a torch.profiler Chrome trace: time in collectives, how much of it compute did not hide,
-and the bytes copied between host and device. Standard library only (a trace is JSON).
+the collectives themselves (kind, bytes, group: collectives.py), how long the device sat idle, and
+the bytes copied between host and device. Standard library only (a trace is JSON).
 
 On a GPU the collectives are the NCCL kernels and compute is every other kernel; a collective
 counts as exposed where no compute kernel runs at the same time. On a CPU (gloo) the collectives
@@ -11,8 +12,10 @@ SDPA's choice, or the one --llmbench-attention asked for, as the device really r
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from .collectives import collectives_in, schedule
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -32,6 +35,19 @@ class TraceSummary:
     attention_kernels: dict[str, int] | None = None
     """Attention calls by kind (attention_kind), counted once per call: GPU kernels on a GPU, aten
     operators on CPU; None when none was seen."""
+    device_span_sec_per_step: float | None = None
+    """First to last device activity (kernels, copies), per step: the steps the shares of time in
+    collectives are of (on a GPU; the profiler's own host work before the first kernel is not in it)."""
+    device_idle_sec_per_step: float | None = None
+    """Time within the device span when no kernel or copy ran, per step: the device waiting for
+    the host (offload's CPU optimizer, a slow input pipeline, launch overhead)."""
+    bus_bytes_per_step: float | None = None
+    """Bytes every rank's links carried per step, summed over the collectives as they ran (nccl-tests'
+    bus bytes: S x bus factor); None where the trace recorded no sizes."""
+    comm_bytes_per_step: float | None = None
+    """nccl-tests' S summed over the step's collectives."""
+    collectives: list[dict[str, Any]] = field(default_factory=list)
+    """The collective schedule per step (collectives.schedule): kind, dtype, S, group, count."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,17 +130,20 @@ def _attention_kernels(events: list[dict[str, Any]], device: str) -> dict[str, i
     return dict(sorted(merged.items(), key=lambda kv: -kv[1])) or None
 
 
-def summarize(trace: dict[str, Any], steps: int, device: str) -> TraceSummary:
+def summarize(trace: dict[str, Any], steps: int, device: str, world_size: int = 1) -> TraceSummary:
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
     us = 1e-6
     comm: list[tuple[float, float]] = []
     compute: list[tuple[float, float]] = []
+    device_busy: list[tuple[float, float]] = []
     h2d = d2h = 0.0
     copies = 0
     for e in events:
         name, cat = str(e.get("name", "")), e.get("cat", "")
         span = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
         if device == "cuda":
+            if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+                device_busy.append(span)
             if cat == "kernel":
                 (comm if "nccl" in name.lower() else compute).append(span)
             elif cat == "gpu_memcpy":
@@ -143,6 +162,11 @@ def summarize(trace: dict[str, Any], steps: int, device: str) -> TraceSummary:
     n = max(1, steps)
     on_gpu = device == "cuda"
     exposed = _length(comm_u) - _intersection(comm_u, compute_u)
+    busy = _union(device_busy)
+    device_span = (busy[-1][1] - busy[0][0]) * us / n if busy else None
+    ran = collectives_in(events, device, world_size)
+    # the step's volume only where every collective's size is known: a partial sum would pass for it
+    sized = all(c.size_bytes is not None for c in ran) and bool(ran)
     return TraceSummary(
         steps=steps,
         comm_sec_per_step=_length(comm_u) * us / n,
@@ -153,4 +177,9 @@ def summarize(trace: dict[str, Any], steps: int, device: str) -> TraceSummary:
         collectives_per_step=len(comm) / n,
         span_sec_per_step=span_s / n,
         attention_kernels=_attention_kernels(events, device),
+        device_span_sec_per_step=device_span,
+        device_idle_sec_per_step=device_span - _length(busy) * us / n if device_span is not None else None,
+        bus_bytes_per_step=sum(c.bus_bytes or 0.0 for c in ran) / n if sized else None,
+        comm_bytes_per_step=sum(c.size_bytes or 0.0 for c in ran) / n if sized else None,
+        collectives=schedule(ran, n),
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..analysis.scaling import efficiency, mode
+from ..analysis.scaling import efficiency, lost_time, mode
 from .outcome import CheckOutcome
 from .smoke import cpu_caveat, cpu_smoke
 
@@ -35,22 +35,91 @@ def _unit(result: Mapping[str, Any], n: int) -> str:
 
 
 def _threads(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
-    """Host threads per rank when they differ from the baseline's (offload's CPU Adam uses them)."""
+    """Host threads per rank when the run's share of the host was not chosen by llmbench's policy
+    (config/host_share.py) and differs from the baseline's: offload's CPU Adam runs on them."""
     mine = (result.get("metadata") or {}).get("cpu_threads_per_rank")
     base = (baseline.get("metadata") or {}).get("cpu_threads_per_rank")
-    if mine is None or base is None or mine == base:
+    share = (result.get("metadata") or {}).get("host_share") or {}
+    if mine is None or base is None or mine == base or share.get("policy") == "share":
         return ""
     return (
         f" Host threads per rank: {base} at world size {baseline.get('world_size')}, {mine} at "
-        f"{result.get('world_size')} (torchrun sets OMP_NUM_THREADS=1 when it starts several ranks): "
-        "work on the host, such as offload's optimizer step, got fewer cores per rank."
+        f"{result.get('world_size')} ({share.get('note') or 'OMP_NUM_THREADS as set'}): work on the host, "
+        "such as offload's optimizer step, got fewer cores per rank. Unset OMP_NUM_THREADS for llmbench's "
+        "share (cores / ranks per rank, bound), or set it to that."
     )
+
+
+def explain_loss(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+    """' Of the 0.120 s lost per step: exposed communication 0.090 s, ...; most of it: ...', or ''
+    where the profiled steps cannot say (no profile at N or at the baseline)."""
+    lost = lost_time(dict(result), dict(baseline))
+    if lost is None or lost.lost_sec <= 0:
+        return ""
+    parts = ", ".join(f"{k} {v:.3f} s" for k, v in lost.parts().items() if v is not None)
+    cause = lost.main_cause()
+    comm = result.get("communication") or {}
+    why = {
+        "exposed communication": _comm_cause(comm),
+        "waiting for the slowest rank": "one rank reaches the collectives late: see each rank's log, "
+        "its GPU's clocks and temperature (gpu_monitor in result.json) and what else runs on its host",
+        "host work": "the GPU waits for its host: offload's CPU optimizer and PCIe copies, the input "
+        "pipeline or kernel launches; host_share in result.json says the cores and threads per rank",
+        "other": "the profiled steps do not explain it (compute itself slower at this world size, or "
+        "a part the profiler did not see)",
+    }.get(cause or "", "")
+    return f" Of the {lost.lost_sec:.3f} s lost per step against linear: {parts}; most of it {cause}: {why}."
+
+
+def _comm_cause(comm: Mapping[str, Any]) -> str:
+    """Latency- or bandwidth-bound: the step's collectives against the link probe at their size."""
+    count, size, used = (
+        comm.get("collectives_per_step"),
+        comm.get("mean_message_bytes"),
+        comm.get("link_used"),
+    )
+    if not count or not size:
+        return "time in collectives that computation does not hide"
+    text = f"{count:.0f} collectives per step of {size / 1e6:.2f} MB on average"
+    if used is None:
+        return text
+    text += f", at {used:.0%} of the link's bus bandwidth at that size"
+    if used < 0.5:
+        return text + ": the link is not the limit; fewer, larger messages would be (bigger buckets)"
+    return text + ": the link's bandwidth is the limit; less traffic (another strategy) or a faster link"
 
 
 def _throughput(r: Mapping[str, Any]) -> float | None:
     """tokens/s: the repeats' mean where the run was repeated, else the run's."""
     rep = r.get("repeats") or {}
     return rep.get("tokens_per_sec_mean") or r.get("tokens_per_sec")
+
+
+def _no_baseline(result: Mapping[str, Any], ws: int) -> CheckOutcome:
+    """No verdict, and how to get one, for a run with nothing smaller to scale against."""
+    name = "scaling"
+    if result.get("mode") == "in-rank":
+        return CheckOutcome(
+            name,
+            None,
+            f"under torchrun every run has torchrun's world size ({ws}): to measure scaling, run pytest "
+            "without torchrun with --llmbench-world-sizes=1,2 (each size its own torchrun group), or "
+            "one torchrun session per world size into one results folder and `llmbench report` over it",
+        )
+    if ws == 1:
+        return CheckOutcome(name, None, "world size 1 is the baseline larger world sizes are judged against")
+    return CheckOutcome(
+        name,
+        None,
+        f"no run of this configuration at a world size below {ws} in this session: add one "
+        f"(--llmbench-world-sizes=1,{ws}) to measure scaling",
+    )
+
+
+_UNPROFILED = (
+    " Communication, the host or a slow rank holds the group back: the profiled steps (on a GPU at 2 "
+    "ranks and more, or --llmbench-profile) say which; or lower --llmbench-min-scaling."
+)
 
 
 def check_scaling(
@@ -66,16 +135,7 @@ def check_scaling(
     name = "scaling"
     ws = int(result.get("world_size") or 1)
     if baseline is None:
-        if result.get("mode") == "in-rank":
-            return CheckOutcome(
-                name,
-                None,
-                f"under torchrun every run has torchrun's world size ({ws}): to measure scaling, run pytest "
-                "without torchrun with --llmbench-world-sizes=1,2 (each size its own torchrun group)",
-            )
-        return CheckOutcome(
-            name, None, f"no run of this configuration at a smaller world size than {ws} in this session"
-        )
+        return _no_baseline(result, ws)
     t, t0 = _throughput(result), _throughput(baseline)
     n0 = int(baseline.get("world_size") or 1)
     how = mode(dict(result), dict(baseline))
@@ -93,13 +153,15 @@ def check_scaling(
         return CheckOutcome(name, None, f"{detail}. Not judged: {smoke}", eff, min_efficiency)
     caveat = cpu_caveat(result, "--llmbench-min-scaling") if explicit else ""
     if eff >= min_efficiency:
-        return CheckOutcome(name, True, f"{detail} >= {min_efficiency:.0%}{caveat}", eff, min_efficiency)
+        explained = explain_loss(result, baseline)
+        return CheckOutcome(
+            name, True, f"{detail} >= {min_efficiency:.0%}{caveat}.{explained}", eff, min_efficiency
+        )
     return CheckOutcome(
         name,
         False,
-        f"{result.get('strategy')}: scales poorly: {detail} < {min_efficiency:.0%}{caveat}. Communication or "
-        "a slow rank holds the group back: look at where the time goes (--llmbench-profile), the "
-        f"interconnect, and each rank's log; or lower --llmbench-min-scaling.{_threads(result, baseline)}",
+        f"{result.get('strategy')}: scales poorly: {detail} < {min_efficiency:.0%}{caveat}."
+        f"{explain_loss(result, baseline) or _UNPROFILED}{_threads(result, baseline)}",
         eff,
         min_efficiency,
     )

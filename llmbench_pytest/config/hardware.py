@@ -11,12 +11,14 @@ pinned to them). From then on `detect` answers with the worker's slice.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import host_share
 from .nvml import nvml_session, text
 from .spec import SpecError
 
@@ -95,6 +97,11 @@ def share_node(worker: str, workers: int, preference: str = "auto") -> Hardware:
     if node.device == "cuda":
         # set before torch touches CUDA here, and inherited by every torchrun group started
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(mine)
+        # and the worker's share of the host's cores, which its ranks divide (config/host_share.py):
+        # offload's CPU optimizer beside another worker's runs gets its own cores
+        cores = host_share.slice_for(host_share.usable_cores(), workers, index)
+        with contextlib.suppress(AttributeError, OSError):
+            os.sched_setaffinity(0, cores)
     elif mine:
         os.sched_setaffinity(0, [int(c) for c in mine])  # children inherit the mask
     share = NodeShare(worker, index, workers, node.device, mine, len(ids))

@@ -90,24 +90,107 @@ def describe_exit(code: int) -> str:
     return f"exit code {code}"
 
 
+def read_sequences(paths: list[Path]) -> dict[int, int]:
+    """Rank -> collectives it has issued on its training group (worker/beacon.py's rank<k>.seq);
+    ranks without a readable file are left out."""
+    out = {}
+    for rank, path in enumerate(paths):
+        try:
+            out[rank] = int(json.loads(path.read_text())["seq"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def behind(seqs: dict[int, int]) -> list[int]:
+    """The ranks that issued fewer collectives than the others (empty when all agree): the group
+    waits for them inside a collective."""
+    if len(seqs) < 2 or min(seqs.values()) == max(seqs.values()):
+        return []
+    low = min(seqs.values())
+    return sorted(r for r, s in seqs.items() if s == low)
+
+
+def _sequence_note(rank: int, seqs: dict[int, int]) -> str:
+    others = sorted({s for r, s in seqs.items() if r != rank})
+    return (
+        f"it stopped first: it issued {seqs[rank]} collectives on the training group where the others "
+        f"issued {', '.join(map(str, others))}, so they wait for it inside a collective"
+    )
+
+
 def hang(
-    rank_logs: list[Path], quiet: list[tuple[int, float, str]], limit: float, warm: bool = False
+    rank_logs: list[Path],
+    quiet: list[tuple[int, float, str]],
+    limit: float,
+    warm: bool = False,
+    seqs: dict[int, int] | None = None,
 ) -> Measurement:
-    quiet = sorted(quiet, key=lambda q: -q[1])
+    """The quiet ranks, the one that stopped first named first: the rank behind in the group's
+    sequence of collectives (its peers wait for it), else the one quiet longest."""
+    seqs = seqs or {}
+    late = behind(seqs)
+    quiet = sorted(quiet, key=lambda q: (q[0] not in late, -q[1]))
     parts = []
     for rank, seconds, message in quiet:
         log = rank_logs[rank]
         where = ""
         if warm and message == "never started":
             where = " (a warm rank that never took up this configuration: it was stuck in the previous one)"
+        first = f"; {_sequence_note(rank, seqs)}" if rank in late else ""
         parts.append(
             f"rank {rank} made no progress for {seconds:.0f} s (limit {limit:.0f} s; last: {message!r})"
-            f"{where}; last lines of {log.name}:\n{tail(log)}"
+            f"{where}{first}; last lines of {log.name}:\n{tail(log)}"
         )
     return Measurement(
         status="error",
         error="hang: " + "\n".join(parts) + "\nthe group was ended (SIGTERM, then SIGKILL).",
         failed_ranks=[q[0] for q in quiet],
+    )
+
+
+_VICTIM = re.compile(r"timed out|timeout", re.I)
+"""What a rank's collective raises when the peer it waits for never came."""
+
+
+def is_victim(error: str) -> bool:
+    """A failure that is the rank's peers' doing: a collective that timed out or lost its peer."""
+    return bool(_LOST_PEER.search(error) or _VICTIM.search(error))
+
+
+def reported_failure(
+    failures: dict[int, dict[str, Any]], seqs: dict[int, int], rank_logs: list[Path], waited: float
+) -> Measurement:
+    """The run's outcome from the failures ranks reported (worker/beacon.py's rank<k>.failed) while
+    the others went on waiting: the first rank that failed on its own, with its status and message;
+    where every report is a collective timing out, the rank behind in the sequence hung."""
+    order = sorted(failures, key=lambda r: failures[r].get("time", 0.0))
+    own = [r for r in order if not is_victim(str(failures[r].get("error", "")))]
+    ended = (
+        f"\n(reported by the rank at once; the group was ended {waited:.0f} s later, while its peers "
+        "still waited for it in a collective)"
+    )
+    if own:
+        first = own[0]
+        return Measurement(
+            status=str(failures[first].get("status", "error")),
+            error=str(failures[first].get("error", "")) + ended,
+            failed_ranks=[first, *(r for r in order if r != first)],
+        )
+    late = [r for r in behind(seqs) if r not in failures]
+    if not late:
+        first = order[0]
+        return Measurement(
+            status="error", error=str(failures[first].get("error", "")) + ended, failed_ranks=order
+        )
+    rank = late[0]
+    waiting = "; ".join(f"rank {r}: {failures[r].get('error', '')}" for r in order)
+    log = rank_logs[rank]
+    return Measurement(
+        status="error",
+        error=f"hang: rank {rank} stopped: {_sequence_note(rank, seqs)}; last lines of {log.name}:\n"
+        f"{tail(log)}\nwhile waiting for it: {waiting}\nthe group was ended (SIGTERM, then SIGKILL).",
+        failed_ranks=[*late, *order],
     )
 
 

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..config import host_share
 from ..config.lifeline import LAUNCHER_PID_ENV, with_parent_death_signal
 from ..config.ranks import RANK_IMPORTS
 from ..results.storage import write_json_atomic
@@ -128,7 +129,9 @@ class RankGroup:
         self.leaving = False
         """A "stop" job was posted: the ranks are on their way out."""
         self.started = time.monotonic()
-        env = {**os.environ, LAUNCHER_PID_ENV: str(os.getpid())}
+        # each GPU rank's share of the host's cores and threads (config/host_share.py)
+        share = host_share.group_env(dict(os.environ), world_size, device)
+        env = {**os.environ, LAUNCHER_PID_ENV: str(os.getpid()), **share}
         forked = None
         if agent_module(device) == AGENT_MODULE:
             forked = _forked_agent(agent_args(world_size, self.dir), env, self.agent_log)

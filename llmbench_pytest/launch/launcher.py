@@ -25,7 +25,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..results.measurement import Measurement
-from .diagnose import crash, hang, quiet_limit_s, quiet_ranks, read_heartbeat
+from .diagnose import (
+    crash,
+    hang,
+    quiet_limit_s,
+    quiet_ranks,
+    read_heartbeat,
+    read_sequences,
+    reported_failure,
+)
 from .group import GROUPS_DIR, RankGroup
 
 if TYPE_CHECKING:
@@ -37,6 +45,14 @@ if TYPE_CHECKING:
 __all__ = ["Launch", "RankPool", "quiet_limit_s", "read_heartbeat", "run_group"]
 
 MEASUREMENT_FILE = "measurement.json"  # worker/main.py writes it; kept in step by tests
+FAILURE_GRACE_S = 5.0
+"""How long the launcher lets a group whose rank reported a failure end the run by itself while
+other ranks have not (they may wait in a collective for the failed rank until the timeout, 600 s by
+default): a healthy rank that failed alike (every rank out of memory at the same step) has
+reported by then."""
+ALL_FAILED_GRACE_S = 30.0
+"""The same once every rank has reported a failure: each is tearing down on its way to the run's
+own outcome."""
 POLL_S = 0.05
 """How often the launcher looks for the running configuration's measurement and heartbeats: each
 look is a stat and a small read, and a configuration's end waits half of it on average (at 0.25 s,
@@ -58,6 +74,12 @@ class Launch:
 
     def progress(self, rank: int) -> Path:
         return self.run_dir / f"rank{rank}.progress"
+
+    def sequence(self, rank: int) -> Path:
+        return self.run_dir / f"rank{rank}.seq"  # worker/beacon.py writes it; kept in step by tests
+
+    def failure(self, rank: int) -> Path:
+        return self.run_dir / f"rank{rank}.failed"  # worker/beacon.py writes it; kept in step by tests
 
 
 class RankPool:
@@ -163,19 +185,26 @@ def _watch(
     first), or for a rank to go quiet; pass rank 0's heartbeat on whenever it changes."""
     limit = quiet_limit_s(timeout_s)
     started, t0 = time.time(), time.monotonic()
-    progress = [launch.progress(r) for r in range(launch.world_size)]
+    ranks = range(launch.world_size)
+    progress = [launch.progress(r) for r in ranks]
+    logs = [launch.rank_log(r) for r in ranks]
     measured = launch.run_dir / MEASUREMENT_FILE
     last: dict[str, Any] | None = None
+    failed = _Failures(launch)
     while not measured.exists():
         if not group.alive:
             if measured.exists():  # rank 0 reported, then the group ended
                 break
             return None
+        if failed.overdue():
+            group.end()
+            seqs = read_sequences([launch.sequence(r) for r in ranks])
+            return reported_failure(failed.reports, seqs, logs, failed.waited())
         quiet = quiet_ranks(progress, started, limit)
         if quiet:
             group.end()
-            logs = [launch.rank_log(r) for r in range(launch.world_size)]
-            return hang(logs, quiet, limit, warm=launch.timings.get("ranks") == "warm")
+            seqs = read_sequences([launch.sequence(r) for r in ranks])
+            return hang(logs, quiet, limit, warm=launch.timings.get("ranks") == "warm", seqs=seqs)
         try:
             beat = read_heartbeat(progress[0])
         except OSError:
@@ -187,6 +216,41 @@ def _watch(
             last = beat
         time.sleep(POLL_S)
     return Measurement(**json.loads(measured.read_text()))
+
+
+class _Failures:
+    """The failures the ranks reported (worker/beacon.py), and whether the group has had its time to
+    end the run by itself: FAILURE_GRACE_S while some ranks have not failed (they are likely waiting
+    in a collective for one that did), ALL_FAILED_GRACE_S once every rank has (each is on its way
+    to the run's own outcome, with every rank's figures)."""
+
+    def __init__(self, launch: Launch) -> None:
+        self.launch = launch
+        self.reports: dict[int, dict[str, Any]] = {}
+        self.first: float | None = None
+
+    def _read(self) -> None:
+        for rank in range(self.launch.world_size):
+            if rank in self.reports:
+                continue
+            path = self.launch.failure(rank)
+            try:
+                report = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(report, dict):
+                self.reports[rank] = report
+                self.first = self.first if self.first is not None else time.monotonic()
+
+    def waited(self) -> float:
+        return time.monotonic() - self.first if self.first is not None else 0.0
+
+    def overdue(self) -> bool:
+        self._read()
+        if self.first is None:
+            return False
+        every = len(self.reports) == self.launch.world_size
+        return self.waited() > (ALL_FAILED_GRACE_S if every else FAILURE_GRACE_S)
 
 
 def _log_header(launch: Launch) -> None:

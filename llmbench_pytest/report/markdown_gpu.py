@@ -168,7 +168,77 @@ def _comm_columns(comm: Sequence[Config], exposed: bool) -> list[Column]:
                 ),
             )
         )
-    return [*cols, ("bus GB/step", _bus_gb), ("bus GB/s", lambda c: fmt.gbps(config_comm(c, "bus_gbps")))]
+    return [
+        *cols,
+        ("collectives", lambda c: _count(config_comm(c, "collectives_per_step"))),
+        ("mean message", lambda c: _mb(config_comm(c, "mean_message_bytes"))),
+        ("bus GB/step", _bus_gb),
+        ("bus GB/s", lambda c: fmt.gbps(config_comm(c, "bus_gbps"))),
+        ("link used", _link_share),
+    ]
+
+
+def _count(x: float | None) -> str:
+    return fmt.NA if x is None else f"{x:.0f}"
+
+
+def _mb(x: float | None) -> str:
+    return fmt.NA if x is None else f"{x / 1e6:.2f} MB"
+
+
+def _link_share(c: Config) -> str:
+    """The achieved bus GB/s as a share of the link probe's at the step's mean message size."""
+    used, at = config_comm(c, "link_used"), config_comm(c, "link_busbw_gbps")
+    return fmt.NA if used is None or at is None else f"{fmt.pct(used)} of {fmt.gbps(at)}"
+
+
+def link_section(configs: Sequence[Config]) -> list[str]:
+    """The link probe's sweep per world size (worker/link_probe.py): what the GPUs' link delivers,
+    the yardstick of every achieved bus GB/s above."""
+    sweeps: dict[int, dict[str, Any]] = {}
+    for c in configs:
+        for r in c.ok_runs:
+            link = r.data.get("link")
+            if isinstance(link, dict) and link.get("world_size"):
+                sweeps.setdefault(int(link["world_size"]), link)
+    if not sweeps:
+        return []
+    kinds = ("all_reduce", "all_gather", "reduce_scatter")
+    rows = []
+    for ws, link in sorted(sweeps.items()):
+        for kind in kinds:
+            table = link.get(kind) or {}
+            by_size = {int(r["bytes"]): r.get("busbw_gbps") for r in table.get("sizes") or []}
+            cells = [fmt.gbps(by_size.get(size)) for size in _PROBE_SIZES]
+            rows.append(
+                [ws, kind, _us(table.get("latency_us")), *cells, fmt.gbps(table.get("peak_busbw_gbps"))]
+            )
+    sizes = [f"busbw {_size_name(b)}" for b in _PROBE_SIZES]
+    first = next(iter(sweeps.values()))
+    cpu = any(c.is_cpu for c in configs)
+    return [
+        "",
+        f"### The link between the {'ranks (gloo, on this CPU)' if cpu else 'GPUs'}",
+        "",
+        "Measured by each group of ranks before its first configuration (or kept from an earlier sweep on "
+        "the same boot of this host), as nccl-tests measures it: bf16, the mean over ranks of the mean of "
+        f"{first.get('iterations')} iterations; busbw = S / t x the collective's bus factor "
+        "(nccl-tests' PERFORMANCE.md). *Latency*: the time of an 8 KiB message. *Link used* above is a "
+        "run's bus GB/s against this busbw at the run's mean message size.",
+        "",
+        md_table(["ranks" if cpu else "GPUs", "collective", "latency", *sizes, "peak GB/s"], rows),
+    ]
+
+
+_PROBE_SIZES = (1 << 20, 64 << 20, 1 << 30)
+
+
+def _size_name(b: int) -> str:
+    return f"{b >> 30} GiB" if b >= 1 << 30 else f"{b >> 20} MiB"
+
+
+def _us(x: float | None) -> str:
+    return fmt.NA if x is None else f"{x:.0f} us"
 
 
 def _most_exposed(comm: Sequence[Config]) -> list[str]:
@@ -232,15 +302,20 @@ def time_section(configs: Sequence[Config], runs: Sequence[Run]) -> list[str]:
     if comm:
         columns += _comm_columns(comm, exposed)
         notes += [
-            "- *in collectives*: time inside communication kernels per step, and its share of the mean "
-            "step time; from torch.profiler over untimed steps after the measured window, on the rank with "
-            "the most such time. One rank has nothing to communicate (bus volume 0).",
+            "- *in collectives*: time inside communication kernels per step, and its share of those profiled "
+            "steps (from their first to their last kernel); from torch.profiler over untimed steps after the "
+            "measured window, on the rank with the most such time. One rank has nothing to communicate.",
             "- *exposed*: the part of it no computation overlapped: the step waits for it."
             if exposed
             else "- *exposed* time (not overlapped by computation) is measured on GPU runs only.",
-            "- *bus GB/step*: what each rank moves through its links per step by the ZeRO paper's accounting "
-            "(ring collectives, comm_model.py); *bus GB/s* = bus volume / time in collectives, comparable "
-            "with nccl-tests' bus bandwidth.",
+            "- *collectives*, *mean message*: the collectives each profiled step ran and their mean size "
+            "(nccl-tests' S), as the profiler recorded them.",
+            "- *bus GB/step*: what each rank's links carried per step, summed over those collectives (S x "
+            "nccl-tests' bus factor): LoRA's adapters, frozen layers and buckets counted as they ran (the "
+            "ZeRO paper's volume, comm_model.py, stays in result.json as the prediction); *bus GB/s* = bus "
+            "volume / time in collectives, comparable with nccl-tests' bus bandwidth; a figure above the "
+            "link's measured peak is not shown (collectives overlapping on streams).",
+            "- *link used*: bus GB/s against the link probe's busbw at the step's mean message size (below).",
         ]
     if h2d:
         columns += [
@@ -269,6 +344,7 @@ def time_section(configs: Sequence[Config], runs: Sequence[Run]) -> list[str]:
         "",
         *notes,
         *_most_exposed(comm),
+        *link_section(configs),
     ]
     sources = sorted({str(s) for c in h2d for r in c.ok_runs if (s := r.data.get("h2d_source"))})
     if sources:

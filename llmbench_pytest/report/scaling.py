@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..analysis.scaling import efficiency
+from ..analysis.scaling import efficiency, lost_time
+from . import fmt
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -123,3 +124,46 @@ def efficiency_of_run(tokens_per_sec: float | None, world_size: int, scaling: Sc
     if not t0:
         return None
     return efficiency(tokens_per_sec, world_size, t0, scaling.baseline_ws)
+
+
+LOSS_NOTES = (
+    "*Lost per step*: the window's mean step less the step linear scaling would give (the "
+    "baseline's, for as many tokens per GPU), split by the profiled steps into exposed communication "
+    "(collectives no computation hid), waiting for the slowest rank (the spread of time in collectives "
+    "over the ranks), host work (the device idle, waiting for its host: offload's optimizer and "
+    "copies) and what the profile does not explain; each less the baseline's own. *n/a*: a run that "
+    "was not profiled (a 1-GPU run without offload is not: it exposes nothing, and its host work is "
+    "not measured).",
+)
+
+
+def loss_cells(config: Config, scaling: Scaling) -> list[str]:
+    """'0.041 / 0.003 / n/a / 0.002 s' and the part that explains most, for the scaling table."""
+    runs, base = config.ok_runs, scaling.baseline.ok_runs
+    lost = lost_time(dict(runs[0].data), dict(base[0].data)) if runs and base else None
+    if lost is None:
+        return [fmt.NA, fmt.NA]
+    if lost.lost_sec <= 0:
+        return ["none", "-"]
+    cells = " / ".join("n/a" if v is None else f"{v:.3f}" for v in lost.parts().values())
+    return [f"{cells} s", lost.main_cause() or "-"]
+
+
+def baseline_cell(config: Config, scaling: Scaling) -> str:
+    """'ws1 (measured 1-GPU run)', naming the baseline's session where it is not the run's own (a
+    report over several sessions, one per world size)."""
+    text = f"ws{scaling.baseline_ws}" + (
+        f" (measured {scaling.one})" if scaling.against_one_gpu else f" (smallest measured; no {scaling.one})"
+    )
+    mine, theirs = _session(config), _session(scaling.baseline)
+    if theirs and theirs != mine:
+        text += f", session {theirs}"
+    return text
+
+
+def _session(config: Config) -> str | None:
+    for run in config.runs:
+        session = (run.data.get("metadata") or {}).get("session")
+        if isinstance(session, str):
+            return session
+    return None

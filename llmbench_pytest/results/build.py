@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..analysis import comm_model, memory_model, peak_model
+from ..analysis.collectives import busbw_at, peak_busbw
 from ..analysis.flops import mfu, tflops_per_gpu
 from ..analysis.stats import Jitter, StepStats, mean_interval, mean_of
 from ..config.presets import gpu_peak
@@ -67,6 +68,7 @@ def build_result(
         "h2d_source": h2d_source,
         "h2d_link_gbps": _min_rank(m.per_rank, "h2d_link_gbps"),
         "communication": _communication(spec, m, traces, mean_step),
+        "link": m.link,
         **_epochs(spec, m),
         **_gpu_health(m.per_rank, device),
         **_flops(spec, m, device, tokens_per_sec, peak_tflops_override),
@@ -421,32 +423,81 @@ def _min_rank(per_rank: list[dict[str, Any]], key: str) -> Any:
 def _communication(
     spec: RunSpec, m: Measurement, traces: list[dict[str, Any]], mean_step: float | None
 ) -> dict[str, Any] | None:
-    """Analytical bus volume per step next to the profiler's time in collectives (the performance
-    analysis guide's idea)."""
+    """The profiled steps' collectives as they ran (kind, bytes, count: analysis/collectives.py),
+    their time, the part no computation hid, and the device span of those same steps that the
+    shares are of; the bus bandwidth they achieved beside the link probe's at the same message
+    size. The ZeRO paper's volumes (comm_model.py) stay beside them as the prediction."""
     params = m.model.get("params")
     if not params or mean_step is None:
         return None
     volume = comm_model.per_step(spec.strategy, params, spec.world_size, spec.dtype, spec.grad_accum)
     out: dict[str, Any] = {
         "bus_bytes_per_step": volume.bus_bytes,
+        "bus_bytes_source": "modelled",
+        "predicted_bus_bytes_per_step": volume.bus_bytes,
         "collectives": [list(c) for c in volume.collectives],
         "model": "ZeRO paper section 7 volumes, ring collectives (comm_model.py)",
     }
-    if traces:
-        worst = max(traces, key=lambda t: t["comm_sec_per_step"])
-        comm = worst["comm_sec_per_step"]
-        exposed = worst.get("comm_exposed_sec_per_step")
+    if not traces:
+        return out
+    worst = max(traces, key=lambda t: t["comm_sec_per_step"])
+    comm = worst["comm_sec_per_step"]
+    exposed = worst.get("comm_exposed_sec_per_step")
+    # the shares are of the profiled steps themselves (their device span), not of the window's
+    # steps: the profiler slows a step, and a share of another step can pass 100%
+    span = worst.get("device_span_sec_per_step") or worst.get("span_sec_per_step") or None
+    measured = worst.get("bus_bytes_per_step")
+    schedule = worst.get("collectives") or []
+    count = worst["collectives_per_step"]
+    out.update(
+        comm_sec_per_step=comm,
+        comm_exposed_sec_per_step=exposed,
+        compute_sec_per_step=worst.get("compute_sec_per_step"),
+        device_idle_sec_per_step=worst.get("device_idle_sec_per_step"),
+        profiled_step_sec=span,
+        collectives_per_step=count,
+        comm_fraction_of_step=comm / span if span else None,
+        exposed_fraction_of_step=exposed / span if span and exposed is not None else None,
+        source=f"torch.profiler over {spec.profile_steps} untimed steps after the window, "
+        "the rank with the most time in collectives",
+    )
+    if measured is not None:
+        sizes = sum(r["size_bytes"] * r["count_per_step"] for r in schedule)
         out.update(
-            comm_sec_per_step=comm,
-            comm_exposed_sec_per_step=exposed,
-            compute_sec_per_step=worst.get("compute_sec_per_step"),
-            collectives_per_step=worst["collectives_per_step"],
-            comm_fraction_of_step=comm / mean_step,
-            exposed_fraction_of_step=exposed / mean_step if exposed is not None else None,
-            bus_gbps=volume.bus_bytes / comm / GB if comm > 0 and volume.bus_bytes else None,
-            source=f"torch.profiler over {spec.profile_steps} untimed steps after the window, "
-            "the rank with the most time in collectives",
+            bus_bytes_per_step=measured,
+            bus_bytes_source="measured",
+            schedule=schedule,
+            mean_message_bytes=sizes / count if count else None,
         )
+    out.update(_achieved(out, m.link, comm))
+    return out
+
+
+def _achieved(comm_out: dict[str, Any], link: dict[str, Any] | None, comm_sec: float) -> dict[str, Any]:
+    """Achieved bus GB/s (bus bytes / time in collectives) and the share of the link it used: the
+    link probe's busbw at the step's mean message size, for the collective that moved the most. A
+    figure above the link's peak cannot be a bandwidth (collectives overlapping on streams count
+    their time once): it is withheld, with the reason."""
+    bus = comm_out.get("bus_bytes_per_step")
+    gbps = bus / comm_sec / GB if comm_sec > 0 and bus else None
+    out: dict[str, Any] = {"bus_gbps": gbps, "link_busbw_gbps": None, "link_used": None}
+    out["bus_gbps_note"] = None
+    if comm_out.get("bus_bytes_source") != "measured":
+        out["bus_gbps_note"] = "bus bytes modelled, not measured: the profiler recorded no message sizes"
+    if gbps is None or not link:
+        return out
+    schedule = comm_out.get("schedule") or []
+    kind = schedule[0]["kind"] if schedule else "all_reduce"
+    at = busbw_at(link, kind, comm_out.get("mean_message_bytes") or 0) or peak_busbw(link)
+    peak = peak_busbw(link)
+    if peak and gbps > peak:
+        out.update(
+            bus_gbps=None,
+            bus_gbps_note=f"{gbps:.1f} GB/s from the bytes and time measured is above the link's peak "
+            f"{peak:.1f} GB/s: collectives overlapped on several streams, or the sizes are incomplete",
+        )
+        return out
+    out.update(link_busbw_gbps=at, link_used=gbps / at if at else None)
     return out
 
 

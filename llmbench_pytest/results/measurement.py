@@ -39,6 +39,9 @@ class Measurement:
     timing: dict[str, Any] = field(default_factory=dict)
     """Where the configuration's time went in the ranks: setup phases (build, wrap, data, probe),
     DeepSpeed ops built or loaded, the measurement's plan and why it stopped."""
+    link: dict[str, Any] | None = None
+    """The link between the ranks as the group's probe measured it (worker/link_probe.py): busbw of
+    all_reduce, all_gather and reduce_scatter by message size, and their latency; None at one rank."""
 
     @property
     def ok(self) -> bool:

@@ -14,7 +14,9 @@ from typing import Any
 import torch
 
 from .. import __version__
+from ..config import host_share
 from ..config.nvml import nvml_session, text
+from ..config.ranks import rank_env
 
 
 def package_version(name: str) -> str | None:
@@ -89,5 +91,9 @@ def _static(device_type: str) -> dict[str, Any]:
 def collect(device: torch.device, repo_dir: str | None = None) -> dict[str, Any]:
     info = dict(_static(device.type))
     info["cpu_threads_per_rank"] = torch.get_num_threads()
+    # the host's share this rank ran with: its cores, threads and how they were chosen
+    info["host_share"] = host_share.describe(
+        torch.get_num_threads(), host_share.usable_cores(), rank_env().local_world_size
+    )
     info.update(git_info(repo_dir or os.getcwd()))
     return info

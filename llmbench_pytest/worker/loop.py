@@ -173,7 +173,9 @@ def after_window(
     # the host's operators name the attention that --llmbench-attention asked for (trace.py), and
     # a trace --llmbench-profile keeps has them on every rank
     host_ops = spec.attention != "default" or spec.trace
-    trace = profile_steps(step, spec.profile_steps, device, keep, host_ops=host_ops).to_dict()
+    trace = profile_steps(
+        step, spec.profile_steps, device, keep, host_ops=host_ops, world_size=spec.world_size
+    ).to_dict()
     log.info(
         "profiled %d steps: %.4f s in collectives per step", spec.profile_steps, trace["comm_sec_per_step"]
     )

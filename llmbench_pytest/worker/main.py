@@ -24,6 +24,7 @@ their GPU memory with it within moments. On a CPU this module runs in forks of t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -34,11 +35,13 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from ..config import host_share
 from ..config.lifeline import die_with_parent, parent_gone
 from ..config.ranks import rank_env
 from ..config.spec import RunSpec
 from ..results.storage import write_json_atomic
 from . import dist
+from .beacon import SequenceBeacon, report_failure, sequence_path
 from .progress import ProgressFile, note, progress_path
 from .run import run_benchmark
 
@@ -92,6 +95,8 @@ def main(argv: list[str] | None = None, forked: bool = False) -> int:
     parser.add_argument("--group-dir", required=True, type=Path)
     args = parser.parse_args(argv)
     env = rank_env()
+    # before any thread pool starts: its threads inherit this rank's cores (config/host_share.py)
+    host_share.bind_this_rank(env.local_rank, env.local_world_size)
     log = _logger(env.rank)
     born = time.monotonic()
     ctx: dist.DistContext | None = None
@@ -109,7 +114,11 @@ def main(argv: list[str] | None = None, forked: bool = False) -> int:
                      time.monotonic() - born, spec.name)  # fmt: skip
             if ctx is None:
                 ctx = dist.init(env, spec.device, float(job["timeout_s"]))
-            measurement = run_benchmark(spec, ctx, log, job.get("repo_dir"), trace_dir=run_dir)
+            with SequenceBeacon(sequence_path(run_dir, env.rank), ctx):
+                measurement = run_benchmark(
+                    spec, ctx, log, job.get("repo_dir"), trace_dir=run_dir,
+                    on_failure=functools.partial(report_failure, run_dir, env.rank),
+                )  # fmt: skip
             measurement.timing["rank_process"] = {
                 "configuration": seq,
                 "up_sec": time.monotonic() - born,

@@ -8,6 +8,7 @@ Perfetto (ui.perfetto.dev) and TensorBoard's profiler plugin.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -45,19 +46,51 @@ def profile_steps(
     device: torch.device,
     keep_trace: Path | None,
     host_ops: bool = True,
+    world_size: int = 1,
 ) -> TraceSummary:
     """`host_ops`: record the host's operators too. On a GPU what the summary reads is the
     device's (kernels, copies and their bytes) except the attention operators whose kernels carry
     no attention name (SDPA's math backend, FlashAttention-2's own): without them the trace is the
     device's alone, and an offload step under the profiler took 1.10-1.34 s where the step itself
     took 0.65-0.71 s (1x H100, 2026-11-26), most of the difference recording, exporting and
-    reading back every operator of a ZeRO step. A kept trace (--llmbench-profile) always has both."""
+    reading back every operator of a ZeRO step. A kept trace (--llmbench-profile) always has both.
+
+    At `world_size` 2 or more the collectives' sizes are recorded too (record_shapes): NCCL's come
+    from the host's record_param_comms operators, gloo's from its annotations' input shapes
+    (analysis/collectives.py). Recording the host's operators slows a host-bound step, so on a GPU
+    the sizes come from the last profiled step alone and the times (in collectives, exposed, the
+    device idle) from the steps before it, recorded on the device only."""
     ask_cupti_teardown(device.type)
-    activities = [ProfilerActivity.CPU] if host_ops or keep_trace is not None or device.type != "cuda" else []
+    sizes = world_size > 1
+    device_only = device.type == "cuda" and not host_ops and keep_trace is None
+    if sizes and device_only and steps >= 2:
+        timed = _profile(step, steps - 1, device, None, host=False, shapes=False, world_size=world_size)
+        sized = _profile(step, 1, device, None, host=True, shapes=True, world_size=world_size)
+        return dataclasses.replace(
+            timed,
+            bus_bytes_per_step=sized.bus_bytes_per_step,
+            comm_bytes_per_step=sized.comm_bytes_per_step,
+            collectives=sized.collectives,
+        )
+    host = not device_only or sizes
+    return _profile(step, steps, device, keep_trace, host=host, shapes=sizes, world_size=world_size)
+
+
+def _profile(
+    step: Callable[[], None],
+    steps: int,
+    device: torch.device,
+    keep_trace: Path | None,
+    *,
+    host: bool,
+    shapes: bool,
+    world_size: int,
+) -> TraceSummary:
+    activities = [ProfilerActivity.CPU] if host or device.type != "cuda" else []
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
         torch.cuda.synchronize(device)
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, record_shapes=shapes) as prof:
         for _ in range(steps):
             step()
         if device.type == "cuda":
@@ -70,7 +103,7 @@ def profile_steps(
         path = Path(handle.name)
     try:
         prof.export_chrome_trace(str(path))
-        return summarize(json.loads(path.read_text()), steps, device.type)
+        return summarize(json.loads(path.read_text()), steps, device.type, world_size)
     finally:
         if keep_trace is None:
             path.unlink(missing_ok=True)

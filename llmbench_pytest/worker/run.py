@@ -27,7 +27,7 @@ import torch
 from ..analysis.peak_model import UNFIT
 from ..config.presets import resolve_model
 from ..results.measurement import Measurement
-from . import env_info, process_settings
+from . import env_info, link_probe, process_settings
 from .attention_warmup import attention_ready
 from .data import rank_batches
 from .dist import (
@@ -60,7 +60,7 @@ from .strategies import make_strategy
 from .techniques import TechniqueUnavailable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
     from ..analysis.peak_model import PeakPrediction
@@ -100,7 +100,10 @@ def run_benchmark(
     log: logging.Logger,
     repo_dir: str | None = None,
     trace_dir: Path | None = None,
+    on_failure: Callable[[str, str], None] | None = None,
 ) -> Measurement:
+    """`on_failure(status, error)` is called as soon as this rank's run has failed, before its
+    teardown: the launcher hears of it while the peers may still wait in a collective."""
     start_clock()
     note(log, logging.INFO, {"phase": "building"}, "building %s for %s", spec.model, spec.name)
     phases: dict[str, float] = {}
@@ -114,6 +117,8 @@ def run_benchmark(
             preset = resolve_model(spec.model, spec.model_config)
             with attention_ready(spec, preset, ctx.device, phases, log):  # beside the imports
                 preload(spec, preset)
+        with _timed(phases, "link_probe_sec"):
+            link_probe.measure_once(ctx, log)  # the group's first run, before the fresh level
     fresh = fresh_level(ctx.device)  # before this process's first run: what every run returns to
     process_settings.fresh()  # and torch's process-wide switches as they were then
     try:
@@ -122,6 +127,8 @@ def run_benchmark(
         status = classify(exc)
         error = f"rank {ctx.rank}: {exc if status == 'unavailable' else _describe_error(exc)}"
         log.error("%s failed (%s): %s", spec.name, status, error)
+        if on_failure is not None:
+            on_failure(status, error)
         if exc.__traceback__ is not None:
             traceback.clear_frames(exc.__traceback__)  # frames would keep the model alive
         del exc
@@ -348,6 +355,7 @@ def combine(
             setup_s=setup_s,
             env=env,
             timing=timing or {},
+            link=link_probe.measured(),
         )
     assert samples is not None
     return Measurement(
@@ -363,4 +371,5 @@ def combine(
         setup_s=setup_s,
         env=env,
         timing=timing or {},
+        link=link_probe.measured(),
     )
