@@ -1,5 +1,6 @@
 # The README's Quick start. Each target creates or reuses .venv, installs what is missing (torch's
-# CUDA build where an NVIDIA GPU is, the CPU build otherwise) and runs; tools/dev.sh does the work.
+# CUDA build where an NVIDIA GPU is, the CPU build otherwise), builds DeepSpeed's ops once and runs;
+# tools/dev.sh does the work.
 # Extra pytest arguments: make bench ARGS='-k zero2 --llmbench-world-sizes=1,2'
 .PHONY: bench test setup
 
@@ -9,5 +10,5 @@ bench:  ## the default benchmarks with the report (results/latest/summary/BENCHM
 test:  ## lint (ruff) and the plugin's own tests; what .ci/run runs
 	@bash tools/dev.sh test $(ARGS)
 
-setup:  ## only create or update .venv
+setup:  ## create or update .venv and build DeepSpeed's ops (llmbench ops); run nothing
 	@bash tools/dev.sh setup

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
-from .config.spec import SpecError
+from .config.spec import DEFAULT_STRATEGIES, STRATEGIES, SpecError, offload_variants
 from .report.collect import ReportError
 
 if TYPE_CHECKING:
@@ -120,34 +120,20 @@ def _ops(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     import time
 
-    from .config.spec import DEFAULT_STRATEGIES
-    from .plan.command import format_table, plan, plot
+    from .plan.command import CannotPlan, format_table, plan, plot, request
 
     started = time.perf_counter()
-    strategies = args.strategies.split(",") if args.strategies else list(DEFAULT_STRATEGIES)
-    print(f"llmbench plan: tracing {args.model} on this CPU ...", file=sys.stderr)
+    req = request(args)  # every refusal that needs no torch, before torch is imported
+    print(f"llmbench plan: tracing {req.model} on this CPU ...", file=sys.stderr)
     try:
-        from .worker.step_trace import TraceUnavailable
-
-        gpu_name, capacity, rows = plan(
-            args.model, args.gpu, args.gpus, strategies, batch=args.batch, seq_len=args.seq_len,
-            dtype=args.dtype, workload=args.workload, grad_ckpt=args.grad_ckpt,
-        )  # fmt: skip
-    except ImportError as exc:  # torch, transformers or peft missing, or too old for the trace
-        # first: where the import above failed, TraceUnavailable is not bound for the next clause
-        print(f"llmbench plan: error: cannot trace a step here: {exc}", file=sys.stderr)
+        rows = plan(req)
+    except CannotPlan as exc:
+        print(f"llmbench plan: error: {exc}", file=sys.stderr)
         return 1
-    except TraceUnavailable as exc:
-        print(f"llmbench plan: error: {args.model}'s step cannot be traced: {exc}", file=sys.stderr)
-        return 1
-    from .config.presets import resolve_model
-
-    preset = resolve_model(args.model)
-    print(format_table(args.model, gpu_name, capacity, args.gpus, args.batch or preset.batch,
-                       args.seq_len or preset.seq_len, rows))  # fmt: skip
-    if args.plot:
-        plot(rows, capacity, f"{args.model} on {args.gpus} x {gpu_name}", Path(args.plot))
-        print(f"wrote {args.plot}")
+    print(format_table(req, rows))
+    if req.plot:
+        plot(rows, req.capacity, f"{req.model} on {req.gpus} x {req.gpu_name}", req.plot)
+        print(f"wrote {req.plot}")
     print(f"llmbench plan: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 
@@ -166,6 +152,13 @@ def _noise_factor(text: str) -> float:
     )
 
 
+_NOT_DEFAULT = (
+    ", ".join(name for name in (*STRATEGIES, *offload_variants()) if name not in DEFAULT_STRATEGIES)
+    + "; zero3_nvme needs --llmbench-nvme-path"
+)
+"""What `pytest benchmarks/` leaves out of its strategies (config/spec.py's DEFAULT_STRATEGIES)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="llmbench",
@@ -173,7 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "The benchmarks run under pytest, as tests, and each configuration writes a result.json\n"
             "under results/:\n"
-            "  pytest benchmarks/                      every strategy at world sizes 1, 2, 4, ...\n"
+            "  pytest benchmarks/                      every default strategy at world sizes 1, 2, 4, ...\n"
+            f"                                          (all but {_NOT_DEFAULT})\n"
             "  torchrun --nproc_per_node=8 -m pytest benchmarks/ -k zero2     every rank runs pytest\n"
             "Their options (strategies, model, world sizes, --llmbench-report, ...) are in\n"
             "`pytest --help`, section llmbench.\n"
@@ -355,6 +349,8 @@ def _add_ops(sub: Any) -> None:
 
 
 def _add_plan(sub: Any) -> None:
+    from .plan.command import add_arguments
+
     cmd = sub.add_parser(
         "plan",
         help="predict each strategy's peak GPU memory for a model, before anything runs",
@@ -367,27 +363,7 @@ def _add_plan(sub: Any) -> None:
         ),
         epilog="example: llmbench plan llama-7b --gpu H100 --gpus 8 --seq-len 4096 --plot plan.png",
     )
-    cmd.add_argument("model", help="a preset name (llama-1b, mistral-7b, ...) or a local config.json")
-    cmd.add_argument(
-        "--gpu",
-        required=True,
-        help="a GPU name from the peak table (H100, H200, A100, ...) or a size (80GiB, 24GB)",
-    )
-    cmd.add_argument(
-        "--gpus", type=int, default=1, help="GPUs the model trains on (the world size; default 1)"
-    )
-    cmd.add_argument("--batch", type=int, help="sequences per GPU (default: the preset's)")
-    cmd.add_argument("--seq-len", type=int, help="tokens per sequence (default: the preset's)")
-    cmd.add_argument(
-        "--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="compute precision (default bf16)"
-    )
-    cmd.add_argument("--workload", choices=("causal_lm", "lora", "seq2seq"), default="causal_lm",
-                     help="what trains (default causal_lm: every weight)")  # fmt: skip
-    cmd.add_argument("--grad-ckpt", action="store_true", help="with activation checkpointing")
-    cmd.add_argument(
-        "--strategies", metavar="NAMES", help="comma-separated (default: the benchmark's default matrix)"
-    )
-    cmd.add_argument("--plot", metavar="FILE", help="also draw the parts per strategy into FILE (png)")
+    add_arguments(cmd)  # declared and checked in one place, plan/command.py
     cmd.set_defaults(func=_plan)
 
 

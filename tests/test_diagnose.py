@@ -103,3 +103,13 @@ def test_reported_timeouts_alone_name_the_rank_that_never_came(tmp_path):
     assert m.status == "error" and m.error.startswith("hang: rank 1 stopped: it stopped first")
     assert "while waiting for it: rank 0: rank 0: NCCL watchdog" in m.error
     assert m.failed_ranks == [1, 0]
+
+
+def test_the_rank_behind_is_named_even_when_a_waiting_peer_crossed_the_limit_alone(tmp_path):
+    # 2x H200, fsdp with rank 1 hung: only rank 0 had crossed the quiet limit when it was looked at
+    logs = _logs(tmp_path, "r0\n", "r1\n")
+    quiet = [(0, 40.2, "warmup 1/1")]
+    everyone = [(0, 40.2, "warmup 1/1"), (1, 39.9, "warmup 1/1")]
+    m = hang(logs, quiet, 40.0, seqs={0: 52, 1: 51}, everyone=everyone)
+    assert m.failed_ranks == [1, 0] and m.error.startswith("hang: rank 1 made no progress for 40 s")
+    assert "it issued 51 collectives on the training group where the others issued 52" in m.error

@@ -245,3 +245,32 @@ def test_traced_activations_agree_with_what_a_cpu_step_saves_for_backward(model,
     traced = trace_step(spec, resolve_model(model)).activation_bytes
     measured = _saved_for_backward(spec)
     assert 0.95 * traced <= measured <= traced, (measured, traced)
+
+
+def test_zero1s_held_gradients_are_a_peak_at_the_end_of_backward_never_in_the_step():
+    from llmbench_pytest.analysis import memory_model
+
+    # llama-1b's shapes with no activations (as if a tiny batch): the states decide the peak
+    params, large = 953_223_168, 684_720_128
+    trace = peak_model.StepTrace(
+        activation_bytes=0, temporary_bytes=0, parameter_bytes=0, gradient_bytes=0, compute="half",
+        seconds=0.0, torch="", params=params, trainable=params, largest_block=51_384_320,
+        outside_blocks=131_074_048, embedding=65_536_000,
+    )  # fmt: skip
+    flight = memory_model.InFlight(embedding=65_536_000, bucket=2048**2, overlap_comm=True, large=large)
+    without = dataclasses.replace(flight, large=0)
+    two, eight = (peak_model.predict("zero1", "none", n, "bf16", trace, inflight=flight) for n in (2, 8))
+    # the epilogue frees them before the optimizer step: the step's candidate does not hold them
+    for n, with_them in ((2, two), (8, eight)):
+        assert with_them.step_gb == pytest.approx(
+            peak_model.predict("zero1", "none", n, "bf16", trace, inflight=without).step_gb
+        )
+    # at 2 ranks the step's 6 bytes per parameter over N (2.86 GB) outweigh them (0.68 GB)
+    assert two.phase == "optimizer step" and two.allocated_gb == pytest.approx(two.step_gb)
+    # at 8 they (1.20 GB) outweigh the step's 0.71 GB: the end of backward peaks, the census whole
+    census = memory_model.predicted_gb("zero1", "none", 8, "bf16", params, inflight=flight)
+    assert eight.phase == "end of backward" and eight.allocated_gb == pytest.approx(census)
+    assert census == pytest.approx(eight.step_gb - 6 * params / 8 / 1e9 + 2 * large * 7 / 8 / 1e9)
+    # ZeRO-2 holds no such gradients: its prediction does not depend on them
+    zero2 = [peak_model.predict("zero2", "none", 8, "bf16", trace, inflight=f) for f in (flight, without)]
+    assert zero2[0] == zero2[1] and zero2[0].phase == "optimizer step"

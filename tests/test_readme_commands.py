@@ -2,10 +2,13 @@
 
 The Quick start's first run is read out of the README (not copied here), run once with a short
 fixed measurement, and every file the section tells a newcomer to read is looked for where it
-says; then the commands of *Reports, machine and price comparison* (report, compare, gate) run on
-what the first run wrote, and those of *Will it fit* (`llmbench plan`) on their own. A README that
-drifts from the code (a path that moved, a command that no longer runs or does something else)
-fails here.
+says, and its report is read for the choice it makes; then the commands of *Reports, machine and
+price comparison* (report, compare, gate) run on what the first run wrote, and those of *Will it
+fit* (`llmbench plan`) on their own. *Several GPUs and nodes*' torchrun lines (one world size a
+session, two nodes with their own rendezvous) run at CPU size, and its report over their sessions
+is read for the scaling it promises; the `-k` expressions the Quick start gives are collected. A
+README that drifts from the code (a path that moved, a command that no longer runs or does
+something else) fails here.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import CHILD_UNSET, FEW_STEPS, REPO, TORCH_EXTENSIONS_DIR, trained_once
+from conftest import CHILD_UNSET, FEW_STEPS, REPO, RUNS, TORCH_EXTENSIONS_DIR, TORCHRUN, trained_once
 from llmbench_pytest import readme
 from llmbench_pytest.analysis.significance import MIN_STEPS
 from llmbench_pytest.config.spec import DEFAULT_STRATEGIES
@@ -56,7 +60,7 @@ def paths_to_read(section: str) -> list[str]:
 def first_run(shared_bench):
     """The Quick start's first run, as the README gives it, with a short fixed measurement, and
     saved to pytest-benchmark's storage (`.benchmarks/`) for the gate: (its directory, its result)."""
-    (command,) = commands(readme.section(README, "Quick start"), "pytest")
+    command = first_command()
     assert command[:2] == ["pytest", "benchmarks/test_pretrain.py"], command
     return trained_once(shared_bench, FIRST_RUN, *command[1:], *MEASURED, "--benchmark-autosave")
 
@@ -85,23 +89,46 @@ def lines_with(text: str, *words: str) -> list[str]:
     return [line for line in text.splitlines() if all(w in line for w in words)]
 
 
-def table_row(text: str, ws: int, metric: str) -> str:
-    """The gate table's row of the first run's configuration at world size WS, for METRIC."""
-    (row,) = (line for line in text.splitlines() if line.startswith(f"zero2 ws{ws} ") and metric in line)
+def table_row(text: str, strategy: str, ws: int, metric: str) -> str:
+    """The gate table's row of the first run's STRATEGY at world size WS, for METRIC."""
+    (row,) = (line for line in text.splitlines() if line.startswith(f"{strategy} ws{ws} ") and metric in line)
     return row
+
+
+def first_command() -> list[str]:
+    """The Quick start's first run: its one pytest command line."""
+    (command,) = commands(readme.section(README, "Quick start"), "pytest")
+    return command
+
+
+def first_strategies() -> list[str]:
+    """The strategies the first run names (--llmbench-strategies=...)."""
+    (names,) = (a.split("=", 1)[1] for a in first_command() if a.startswith("--llmbench-strategies="))
+    return names.split(",")
+
+
+def markdown_section(text: str, title: str, level: int = 2) -> str:
+    """The part of a markdown report from its heading TITLE down to the next heading of its level."""
+    head = "#" * level + " "
+    lines = text.splitlines()
+    (start,) = (i for i, line in enumerate(lines) if line == head + title)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(head)), len(lines))
+    return "\n".join(lines[start:end])
 
 
 @pytest.mark.xdist_group(FIRST_RUN)
 def test_the_quick_start_first_run_writes_what_the_readme_says(first_run):
     bench, result = first_run
-    # "It trains llama-tiny with ZeRO-2 at one rank and at two, checks each run, and prints a
-    # table of tokens/s, step time, peak memory and scaling."
-    result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(
-        ["*strategy*ranks*tokens/s*step s*peak GB*scaling*", "zero2 * 1 *", "zero2 * 2 *"]
-    )
-    # "Then read:" every path the section names, where it names it
+    # "It trains llama-tiny with three strategies, DDP, FSDP (FSDP2, full sharding) and DeepSpeed
+    # ZeRO-2, at one rank and at two: six configurations. It checks each run, prints a table of
+    # tokens/s, step time, peak memory and scaling"
+    strategies = first_strategies()
+    assert len(strategies) >= 3, strategies  # a first run that compares
     quick = readme.section(README, "Quick start")
+    result.assert_outcomes(passed=2 * len(strategies))
+    rows = [f"{s} * {ws} *" for ws in (1, 2) for s in strategies]
+    result.stdout.fnmatch_lines(["*strategy*ranks*tokens/s*step s*peak GB*scaling*", *rows])
+    # "Then read:" every path the section names, where it names it
     named = paths_to_read(quick)
     assert "results/latest/summary/BENCHMARK_REPORT.md" in named, named
     for path in named:
@@ -113,13 +140,41 @@ def test_the_quick_start_first_run_writes_what_the_readme_says(first_run):
         hits = list(bench.path.glob(pattern))
         assert hits, f"the Quick start says to read {path}; the first run wrote no such thing"
     runs = list(bench.path.glob("results/latest/*/result.json"))
-    assert len(runs) == 2 and all((r.parent / "rank0.log").is_file() for r in runs)
+    assert len(runs) == 2 * len(strategies) and all((r.parent / "rank0.log").is_file() for r in runs)
     # the report command the README gives for a finished session
     reports = readme.section(README, "Reports, machine and price comparison")
     report = one(commands(reports, "llmbench"), "report")
     out = bench.run(sys.executable, "-m", "llmbench_pytest.cli", *report[1:], "--no-plots")
     assert out.ret == 0, out.stderr
     out.stdout.fnmatch_lines(["*zero2 * 2 *", "wrote *results/latest/summary/metrics.csv"])
+
+
+@pytest.mark.xdist_group(FIRST_RUN)
+def test_the_first_runs_report_chooses_a_strategy_at_each_world_size(first_run):
+    """The first run exists to answer the tool's question: "a report that names, for each world
+    size, the fastest strategy that fits and the most memory-frugal one" (or those it cannot tell
+    apart, and which it names and why). A run of one strategy said "nothing to choose between"."""
+    bench, _ = first_run
+    strategies = first_strategies()
+    text = (bench.path / "results" / "latest" / "summary" / "BENCHMARK_REPORT.md").read_text()
+    assert "nothing to choose between" not in text, text
+    recommendation = markdown_section(text, "Recommendation")
+    scenarios = recommendation.split("\n### ")[1:]
+    assert len(scenarios) == 2, recommendation  # one rank, two ranks
+    named = "|".join(map(re.escape, strategies))
+    for ranks, scenario in zip(("1 CPU rank", "2 CPU ranks"), scenarios, strict=True):
+        assert scenario.splitlines()[0].endswith(f"on {ranks} (CPU smoke)"), scenario
+        flat = " ".join(scenario.split())
+        chose = re.search(rf"\*\*({named})\*\* is the fastest that fits", flat)
+        # a tie: the strategies it cannot tell apart, then the one named and why
+        picked = re.search(rf"\*\*({named})\*\* is (chosen|named) ", flat)
+        tied = "are tied on speed" in flat and picked
+        assert chose or tied, scenario
+        assert "needs the least memory" in flat, scenario  # the most memory-frugal one, named
+    # the summary table names one strategy per world size as the fastest that fits
+    glance = markdown_section(text, "At a glance")
+    cells = [line.split("|")[2].strip() for line in glance.splitlines() if "CPU rank" in line]
+    assert len(cells) == 2 and all(c.split()[0] in strategies for c in cells), glance
 
 
 def slowed(session: Path, into: Path, factor: float = 2.0) -> None:
@@ -142,8 +197,11 @@ def test_the_compare_and_gate_commands_do_what_the_readme_says(first_run, tmp_pa
     reports = readme.section(README, "Reports, machine and price comparison")
     found = commands(reports, "llmbench")
     session = (bench.path / "results" / "latest").resolve()
-    runs = {d["world_size"]: d for d in map(json.loads, map(Path.read_text, session.glob("*/result.json")))}
-    assert sorted(runs) == [1, 2]
+    runs = {
+        (d["strategy"], d["world_size"]): d
+        for d in map(json.loads, map(Path.read_text, session.glob("*/result.json")))
+    }
+    assert sorted(runs) == sorted((s, ws) for s in first_strategies() for ws in (1, 2))
 
     # `llmbench compare results-h100/ results-h200/ --cost 3.00 5.50`: per configuration, with $ per
     # 1M tokens; here both inputs hold the first run's session
@@ -153,8 +211,10 @@ def test_the_compare_and_gate_commands_do_what_the_readme_says(first_run, tmp_pa
     out = llmbench(compare, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     price = float(compare[compare.index("--cost") + 1])
-    for ws, d in runs.items():
-        (row,) = lines_with(out.stdout, f"zero2 ws{ws} ", compare[2].rstrip("/"))
+    for (strategy, ws), d in runs.items():
+        # the table's row (a sentence about the same configuration may follow the table)
+        folder = re.escape(compare[2].rstrip("/"))
+        (row,) = (r for r in out.stdout.splitlines() if re.match(rf"{strategy} ws{ws} [^:]*\s{folder}\s", r))
         shown = re.findall(r"\$([0-9.,]+)", row)[0]
         # $ per 1M tokens = price per GPU-hour x world size / 3600 / tokens per second x 1,000,000
         expected = price * ws / 3600 / d["tokens_per_sec"] * 1e6
@@ -163,8 +223,8 @@ def test_the_compare_and_gate_commands_do_what_the_readme_says(first_run, tmp_pa
         last_digit = 10.0 ** -len(shown.partition(".")[2])
         assert abs(float(shown.replace(",", "")) - expected) <= last_digit / 2 + 1e-9, row
     # the second input, against the first: the same speed, its own price
-    second = lines_with(out.stdout, compare[3].rstrip("/"), "1.00x", "$")
-    assert len(second) == 2, out.stdout
+    second = [r for r in lines_with(out.stdout, compare[3].rstrip("/"), "1.00x", "$") if r.startswith(" ")]
+    assert len(second) == len(runs), out.stdout
 
     # `llmbench gate --baseline .benchmarks --current results/latest`: the run against its own saved
     # copy passes, and the change, interval, p-value and method are printed per metric
@@ -173,8 +233,8 @@ def test_the_compare_and_gate_commands_do_what_the_readme_says(first_run, tmp_pa
     out = llmbench(gate, bench.path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert lines_with(out.stdout, "configuration", "change", "95% interval", "p", "verdict", "method")
-    for ws in runs:
-        row = table_row(out.stdout, ws, "tokens/s")
+    for strategy, ws in runs:
+        row = table_row(out.stdout, strategy, ws, "tokens/s")
         assert "+0.0%" in row and "block bootstrap" in row, out.stdout
         # no change: ok, or inconclusive where 8 steps a side leave the interval wider than the
         # bound, which "fails only with --fail-inconclusive"
@@ -188,8 +248,8 @@ def test_the_compare_and_gate_commands_do_what_the_readme_says(first_run, tmp_pa
     slowed(session, tmp_path / "results" / "latest", factor=10.0)
     out = llmbench(gate, tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
-    for ws in runs:
-        row = table_row(out.stdout, ws, "tokens/s")
+    for strategy, ws in runs:
+        row = table_row(out.stdout, strategy, ws, "tokens/s")
         assert "-90.0%" in row and "REGRESSION" in row and "bound only" not in row, out.stdout
     assert "gate: FAILED" in out.stdout, out.stdout
 
@@ -233,6 +293,101 @@ def test_llmbench_plan_prints_what_the_readme_says(tmp_path):
     printed = [c[0] for c in cells if c and c[0] in DEFAULT_STRATEGIES]
     assert printed == asked, out.stdout  # the strategies asked for, in that order, and no others
     assert (tmp_path / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def collected_strategies(bench, expression: str) -> set[str]:
+    """The strategies of the benchmarks `pytest benchmarks/ -k EXPRESSION` collects."""
+    out = bench.runpytest_subprocess("benchmarks", "--collect-only", "-q", "-k", expression)
+    ids = [line.partition("[")[2] for line in out.outlines if "::" in line]
+    assert ids, out.outlines
+    return {i.partition("-ws")[0] for i in ids}
+
+
+def test_the_k_expressions_the_quick_start_gives_select_what_it_says(bench):
+    # "`-k zero2` selects `zero2_offload` too, and `-k fsdp` selects `fsdp_grad_op` too; `-k "fsdp
+    # and not grad_op"` selects `fsdp` alone": collection only, nothing trains
+    quick = " ".join(readme.section(README, "Quick start").split())
+    too = re.findall(r"`-k (\w+)` selects `(\w+)` too", quick)
+    alone = re.findall(r'`-k "([^"]+)"` selects `(\w+)` alone', quick)
+    assert ("fsdp", "fsdp_grad_op") in too and alone, quick
+    for expression, also in too:
+        assert {expression, also} <= collected_strategies(bench, expression), expression
+    for expression, strategy in alone:
+        assert collected_strategies(bench, expression) == {strategy}, expression
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+CPU_SIZE = ["-k", "test_pretrain", "--llmbench-strategies=ddp", *FEW_STEPS, "-p", "no:cacheprovider"]
+"""What narrows a README torchrun line to one small configuration on this CPU."""
+
+
+def test_sessions_of_one_world_size_each_give_scaling_in_one_report(bench):
+    """*Several GPUs and nodes*: the lines that run one world size a session into one folder, one
+    of them on two nodes with their own rendezvous (here two torchrun agents on this machine, one
+    rank each), then `llmbench report` over the folder: scaling against the world-size-1 session."""
+    section = readme.section(README, "Several GPUs and nodes")
+    lines = commands(section, "torchrun")
+    folder = "--llmbench-results-dir=results/scaling"
+    single = [c for c in lines if folder in c and "--nproc_per_node=1" in c]
+    nodes = [c for c in lines if folder in c and "--nnodes=2" in c]
+    assert len(single) == 1 and len(nodes) == 1, lines
+    (report,) = commands(section, "llmbench")
+    assert report == ["llmbench", "report", "results/scaling"], report
+
+    def run(command: list[str], log: str, subs: dict[str, str] | None = None) -> subprocess.Popen:
+        argv = command[1:]
+        for old, new in (subs or {}).items():  # $HEAD:29500 and the like, inside an argument
+            argv = [a.replace(old, new) for a in argv]
+        # output to a file, not a pipe: a node's full pipe would stall the rendezvous of both
+        with open(bench.path / log, "w") as out:
+            return subprocess.Popen([*TORCHRUN, *argv, *CPU_SIZE], cwd=bench.path, stdout=out, stderr=out)
+
+    def finish(agents: list[subprocess.Popen], logs: list[str]) -> list[str]:
+        codes = [a.wait(timeout=300) for a in agents]
+        outputs = [(bench.path / log).read_text() for log in logs]
+        assert codes == [0] * len(agents), "\n".join(o[-3000:] for o in outputs)
+        return outputs
+
+    # world size 1, then 2 on two "nodes": each line as the README has it, the GPUs of a node one
+    # CPU rank, $HEAD this machine, a free port for 29500
+    finish([run(single[0], "ws1.log")], ["ws1.log"])
+    port = str(free_port())
+    size = {"--nproc_per_node=8": "--nproc_per_node=1", "$HEAD": "127.0.0.1", "29500": port}
+    logs = ["node0.log", "node1.log"]
+    outputs = finish([run(nodes[0], logs[r], {**size, "$NODE_RANK": str(r)}) for r in (0, 1)], logs)
+    # "Global rank 0 runs on the node with NODE_RANK 0: it alone prints and writes the results"
+    assert "1 passed" in outputs[0] and "passed" not in outputs[1], outputs
+    found = {}
+    for path in bench.path.glob(f"{RUNS.replace('results/', 'results/scaling/')}/*_results/result.json"):
+        d = json.loads(path.read_text())
+        found[d["world_size"]] = d
+        # the session judged its own run only: at one world size its scaling check has no verdict
+        (scaling,) = [c for c in d["checks"] if c["name"] == "scaling"]
+        assert scaling["passed"] is None, scaling
+    assert sorted(found) == [1, 2] and found[2]["nodes"] == 2, found
+    assert found[1]["metadata"]["session"] != found[2]["metadata"]["session"]
+
+    # "its Scaling table puts each world size against the same configuration at world size 1, from
+    # its own session: T(N) / (N x T(1)), its baseline 'ws1 (measured 1-rank run)'"
+    done = llmbench([*report, "--no-plots"], bench.path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (bench.path / "results" / "scaling" / "summary" / "BENCHMARK_REPORT.md").read_text()
+    table = markdown_section(text, "Scaling")
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    assert len(lines) >= 3, table  # a header, its rule and a row: scaling across the sessions
+    header, _, *rows = lines
+    names = [c.strip() for c in header.strip("|").split("|")]
+    (row,) = [dict(zip(names, (c.strip() for c in r.strip("|").split("|")), strict=True)) for r in rows]
+    assert row["strategy"] == "ddp" and row["world size"] == "2", table
+    assert row["baseline"].startswith("ws1 (measured 1-rank run)"), table
+    efficiency = float(row["efficiency"].rstrip("%")) / 100
+    expected = found[2]["tokens_per_sec"] / (2 * found[1]["tokens_per_sec"])
+    assert efficiency == pytest.approx(expected, abs=0.006), (table, expected)
 
 
 def test_make_bench_with_small_settings_names_the_report_it_wrote(tmp_path):

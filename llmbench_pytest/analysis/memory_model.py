@@ -23,11 +23,20 @@ any strategy code that runs after autograd returns. How the strategies map onto 
   holds that embedding's gathered weights. Measured on CPU at world
   size 2 (llama-tiny, encoder-decoder, fp32 and bf16): ZeRO-1 14.05 bytes per parameter against
   14 predicted, ZeRO-2 12.90 against 12.85, ZeRO-3 11.65 against 11.65 (fp32).
-- ZeRO-1 with overlap_comm (our GPU config) reduces while backward runs into gradient
-  partitions as ZeRO-2 does, so at the end of backward it holds what ZeRO-2 holds, in-flight
-  buckets and embedding gradient included: 1x H100 (llama-1b, bf16, 2026-11-24) 15.3996 GB both,
-  predicted 15.3996; 2x H200 (2026-11-22, an earlier census point) 8.587 GB both. The two differ
-  only after the optimizer step, which this census does not see.
+- ZeRO-1 with overlap_comm (our GPU config) reduces while backward runs, as ZeRO-2 does, and
+  holds what ZeRO-2 holds plus, at 2 or more ranks, each gradient larger than a bucket that lies
+  outside its partition: p x large x (N-1)/N (`InFlight.large`: the MLP matrices, the embedding
+  and the LM head, with the hidden^2 bucket). DeepSpeed 0.19.8, stage_1_and_2.py: such a gradient
+  is reduced where it is, not copied into the bucket (reduce_independent_p_g_buckets_and_remove_grads);
+  then ZeRO-2 drops the gradients outside its partition (reduce_ipg_grads: clear_grad_attribute),
+  ZeRO-1 copies its partition's and leaves the others; the epilogue frees them
+  (_clear_param_grad_only), before the optimizer step. The census reports the rank that holds the
+  most, the first: its partition holds the embedding (pending anyway) but not the LM head, about
+  the (N-1)/N share (llama-1b's layout at 4 ranks: 1.008 GB of them there, 1.027 predicted). Measured:
+  llama-1b bf16, 1x H100 (2026-11-24) 15.3996 GB, predicted 15.3994; 4x H200 host
+  (2026-11-27) 9.42 GB at 2 GPUs, predicted 9.412, and 6.42 at 4, predicted 6.418; llama-tiny bf16 on
+  CPU with overlap_comm forced on (gloo, 2026-11-27) 13.643 MB at 2 ranks, predicted 13.609, and
+  9.493 at 4, predicted 9.493.
 - CPU offload moves the optimizer state and the gradient partitions to host memory. ZeRO-1/2
   keep the p bytes of 16-bit weights on the device, plus a transfer buffer the size of the
   largest parameter (the embedding's, vocab x hidden) and what is in flight as for ZeRO-2 (the
@@ -67,17 +76,44 @@ class InFlight:
     """DeepSpeed's reduce_bucket_size, in elements."""
     overlap_comm: bool = False
     """DeepSpeed reduces gradients while backward runs (overlap_comm)."""
+    large: int = 0
+    """Trained parameters in tensors larger than a bucket (`large_params`), whose gradients
+    DeepSpeed reduces one by one, outside the bucket."""
 
     @classmethod
     def of(cls, model_info: Mapping[str, Any], strategy_config: Mapping[str, Any]) -> InFlight:
-        """From a result's model_info and strategy_config (DeepSpeed's zero_optimization)."""
+        """From a result's model_info and strategy_config (DeepSpeed's zero_optimization); `large`
+        as the strategy counted it (strategy_config's params_above_bucket) where it did, else
+        estimated from the shapes model_info records."""
         zero = (strategy_config.get("deepspeed_config") or {}).get("zero_optimization") or {}
         vocab, hidden = model_info.get("vocab_size"), model_info.get("hidden_size")
+        bucket = int(zero.get("reduce_bucket_size") or 0)
+        counted = strategy_config.get("params_above_bucket")
         return cls(
             embedding=int(vocab) * int(hidden) if vocab and hidden else 0,
-            bucket=int(zero.get("reduce_bucket_size") or 0),
+            bucket=bucket,
             overlap_comm=bool(zero.get("overlap_comm")),
+            large=int(counted) if counted is not None else large_params(model_info, bucket),
         )
+
+
+def large_params(model_info: Mapping[str, Any], bucket: int) -> int:
+    """Parameters in tensors larger than `bucket` elements, from the shapes worker/models.py records
+    (params, layers, hidden_size, heads, head_dim): all but each block's four attention projections
+    (hidden x heads*head_dim each; the bucket DeepSpeed's config sizes, hidden^2, holds one) and
+    its two norms, and the final norm. Exact for the llama presets (llama-1b: 684,720,128 of
+    953,223,168). Short where attention is one fused tensor larger than the bucket, or k and v are
+    smaller (grouped-query attention): by 18% of gpt2's 117.2M, 14% of mistral-7b's 5.91B, 13% of
+    encdec-50m's 46.7M (counted on the meta device, 2026-11-27), which leaves ZeRO-1's prediction
+    1.1-1.6% short at 2 ranks and 3.7-4.9% at 8 for those models. 0 where a shape is missing."""
+    keys = ("params", "layers", "hidden_size", "heads", "head_dim")
+    params, layers, hidden, heads, head_dim = (int(model_info.get(k) or 0) for k in keys)
+    if not (bucket and params and layers and hidden and heads and head_dim):
+        return 0
+    projection = hidden * heads * head_dim
+    norms = (2 * layers + 1) * hidden
+    small = norms + (4 * layers * projection if projection <= bucket else 0)
+    return max(0, params - small)
 
 
 def bytes_per_param(  # noqa: PLR0911 (one return per strategy reads as the table it is)
@@ -125,10 +161,22 @@ def _in_flight_bytes(
         return out  # a frozen embedding has no gradient to wait for, nor weights ZeRO-3 keeps
     if strategy in ("zero2", "zero1") and (strategy == "zero2" or inflight.overlap_comm):
         out += p * inflight.embedding
+    out += held_until_epilogue_bytes(strategy, offload, world_size, dtype, inflight)
     if strategy == "zero3":
         # its gradient, and at 2+ ranks the weights gathered from the shards (one rank owns them whole)
         out += p * inflight.embedding * (2 if world_size > 1 else 1)
     return out
+
+
+def held_until_epilogue_bytes(
+    strategy: str, offload: str, world_size: int, dtype: str, inflight: InFlight
+) -> float:
+    """ZeRO-1 with overlap_comm: the gradients larger than a bucket outside this rank's partition,
+    kept whole until its epilogue frees them, before the optimizer step (module docstring)."""
+    if strategy != "zero1" or offload != "none" or not inflight.overlap_comm:
+        return 0.0
+    p = 2 if dtype in ("bf16", "fp16") else 4
+    return p * inflight.large * (world_size - 1) / world_size
 
 
 def _offload_in_flight(strategy: str, p: int, inflight: InFlight, embedding_trains: bool) -> float:

@@ -18,9 +18,12 @@ for backward is alive, the loss holds fp32 logits, and no gradient of this step 
   cuBLAS's workspaces beside them (`cublas_workspace_bytes`);
 - the allocator's slack: reserved = allocated x RESERVED_OVER_ALLOCATED.
 
-A second candidate is the optimizer step: memory_model's census at the end of backward plus what
-the step allocates for itself (`step_bytes`); the larger of the two is the prediction. It decides
-the peak where activations are small (activation checkpointing, LoRA, small batches).
+A second candidate is the optimizer step: memory_model's census at the end of backward, less the
+gradients ZeRO-1's epilogue frees before it (`memory_model.held_until_epilogue_bytes`), plus what
+the step allocates for itself (`step_bytes`); a third, the end of backward itself, the census
+whole (ZeRO-1 with overlap_comm at many ranks, where those gradients outweigh the step's 6 bytes
+per parameter over N). The largest is the prediction. The step decides the peak where
+activations are small (activation checkpointing, LoRA, small batches).
 
 Validated against every GPU run in docs/results by tools/peak_table.py, which writes
 docs/results/2026-11-25-peak-prediction/table.md (its README says when and at which commit).
@@ -109,7 +112,7 @@ class PeakPrediction:
     parts: dict[str, float]
     """GB by part: model_states, activations, temporaries, buffers."""
     phase: str
-    """Where the peak is predicted: "end of forward" or "optimizer step"."""
+    """Where the peak is predicted: "end of forward", "end of backward" or "optimizer step"."""
     compute: str
     trace_sec: float
     step_gb: float = 0.0
@@ -228,15 +231,21 @@ def predict(
         strategy, offload, world_size, dtype, trace.params if not lora else frozen,
         trained if lora else None, optimizer=optimizer, inflight=flight,
     )  # fmt: skip
-    step = (census or 0.0) * GB + step_bytes(strategy, offload, world_size, trained, trace.embedding)
-    step += workspace_bytes
+    backward = (census or 0.0) * GB + workspace_bytes
+    # ZeRO-1's gradients outside its partition: in the census (never for LoRA's small adapters),
+    # freed by its epilogue before the step
+    freed = memory_model.held_until_epilogue_bytes(strategy, offload, world_size, dtype, flight)
+    freed = 0.0 if lora else freed
+    step = backward - freed + step_bytes(strategy, offload, world_size, trained, trace.embedding)
     parts = {
         "model_states": states / GB,
         "activations": trace.activation_bytes / GB,
         "temporaries": trace.temporary_bytes / GB,
         "buffers": buffers / GB,
     }
-    allocated, phase = (forward, "end of forward") if forward >= step else (step, "optimizer step")
+    candidates = {"end of forward": forward, "optimizer step": step, "end of backward": backward}
+    phase = max(candidates, key=candidates.__getitem__)  # ties go to the first: forward, then step
+    allocated = candidates[phase]
     return PeakPrediction(
         allocated_gb=allocated / GB,
         reserved_gb=allocated * RESERVED_OVER_ALLOCATED / GB,

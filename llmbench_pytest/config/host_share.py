@@ -9,7 +9,7 @@ CPU Adam (OpenMP, which reads OMP_NUM_THREADS) use that many. Without it torchru
 OMP_NUM_THREADS=1 whenever it starts several ranks and leaves a single rank all the cores, so a
 2-GPU run's offload optimizer ran on one thread per rank against 64 for the 1-GPU run it is
 compared with: zero2_offload "scaled" 44% at 2 and 56% at 4 GPUs on 4x H200, 116% and 118% with
-16 threads per rank (2026-11-27, issue 41): the figure measured the launcher, not the strategy.
+16 threads per rank (2026-11-27): the figure measured the launcher, not the strategy.
 
 On a CPU device the ranks' compute is the host itself: each rank keeps one intra-op thread, as
 torchrun gives it (worker/dist.py), and is not bound, so that several sessions of the plugin's
@@ -77,11 +77,15 @@ def bind_this_rank(local_rank: int, ranks_on_node: int) -> list[int] | None:
     return mine
 
 
-def describe(threads: int, cores: list[int] | None, ranks_on_node: int) -> dict[str, object]:
+def describe(
+    threads: int, cores: list[int] | None, ranks_on_node: int, device: str = "cuda"
+) -> dict[str, object]:
     """result.json's record of a rank's host share (metadata.host_share)."""
     policy = os.environ.get(POLICY_ENV) or ("user" if "OMP_NUM_THREADS" in os.environ else "default")
+    if device != "cuda" and policy != "user":
+        policy = "cpu device: one thread per rank"  # the ranks' compute is the host (worker/dist.py)
     note = None
-    if policy != "share" and os.environ.get("OMP_NUM_THREADS") == "1" and ranks_on_node > 1:
+    if policy in ("user", "default") and os.environ.get("OMP_NUM_THREADS") == "1" and ranks_on_node > 1:
         note = (
             "OMP_NUM_THREADS=1 with several ranks on the node (torchrun sets it unless it is set): "
             "work on the host, such as offload's CPU optimizer, runs on one thread per rank"

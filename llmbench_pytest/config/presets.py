@@ -191,6 +191,11 @@ def gpu_peak(device_name: str, dtype: str) -> GpuPeak | None:
     return None
 
 
+def gpu_names() -> list[str]:
+    """The GPUs fixtures/gpus.toml names, in its order (for messages that list the choices)."""
+    return [e["name"] for e in _load("gpus.toml")["gpu"]]
+
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb)?\s*$", re.IGNORECASE)
 
 
@@ -210,5 +215,6 @@ def gpu_memory(name_or_size: str) -> tuple[str, float]:
     for entry in entries:
         if re.search(entry["match"], name_or_size.strip(), re.IGNORECASE):
             return entry["name"], entry["memory_gib"] * 2**30 / 1e9
-    names = ", ".join(e["name"] for e in entries)
-    raise SpecError(f"unknown GPU {name_or_size!r}: give a size (80GiB, 24GB) or one of {names}.")
+    raise SpecError(
+        f"unknown GPU {name_or_size!r}: give a size (80GiB, 24GB) or one of {', '.join(gpu_names())}."
+    )

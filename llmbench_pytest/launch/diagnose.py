@@ -125,11 +125,17 @@ def hang(
     limit: float,
     warm: bool = False,
     seqs: dict[int, int] | None = None,
+    everyone: list[tuple[int, float, str]] | None = None,
 ) -> Measurement:
     """The quiet ranks, the one that stopped first named first: the rank behind in the group's
-    sequence of collectives (its peers wait for it), else the one quiet longest."""
+    sequence of collectives (its peers wait for it), else the one quiet longest. `everyone`: every
+    rank's (rank, seconds quiet, last message), so that a rank behind in the sequence is named even
+    when it went quiet a moment after the one that crossed the limit first (seen on 2x H200: the
+    hung rank 1's heartbeat was a fraction of a second younger than its waiting peer's)."""
     seqs = seqs or {}
     late = behind(seqs)
+    named = {q[0] for q in quiet}
+    quiet = [*quiet, *(q for q in everyone or [] if q[0] in late and q[0] not in named)]
     quiet = sorted(quiet, key=lambda q: (q[0] not in late, -q[1]))
     parts = []
     for rank, seconds, message in quiet:

@@ -204,7 +204,9 @@ def _watch(
         if quiet:
             group.end()
             seqs = read_sequences([launch.sequence(r) for r in ranks])
-            return hang(logs, quiet, limit, warm=launch.timings.get("ranks") == "warm", seqs=seqs)
+            everyone = quiet_ranks(progress, started, 0.0)
+            warm = launch.timings.get("ranks") == "warm"
+            return hang(logs, quiet, limit, warm=warm, seqs=seqs, everyone=everyone)
         try:
             beat = read_heartbeat(progress[0])
         except OSError:

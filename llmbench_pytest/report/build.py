@@ -53,7 +53,7 @@ class Report:
         return cls(collection, configs, scaling, recommend(configs, scaling, rules), rules)
 
     def table(self) -> str:
-        return summary_table(self.configs, self.scaling)
+        return summary_table(self.configs, self.scaling, self.recommendations)
 
 
 @dataclass

@@ -8,12 +8,20 @@ samples (the LoRA fine-tuning guide's):
     $ per second of the job = price per GPU-hour x world size / 3600
     $ per 1M tokens        = $ per second / tokens per second x 1,000,000
     $ per 1K samples       = $ per second / samples per second x 1,000
+
+No input is called faster or cheaper from noise. Whether two inputs' speeds differ is decided in
+ties.py (the regression gate's 95% interval of the ratio of their speeds): the speed-up carries
+that interval, "fastest" marks an input measurably faster than every other, and inputs the
+measurements cannot tell from the fastest are each "tied fastest", with a line under the table
+that gives the interval and, among the tied, the cheaper (its price) or the leaner one. A cost per
+token is price x world size / tokens/s, so its interval is the speed's scaled by the prices: two
+inputs at one price are tied on cost exactly when they are tied on speed.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +32,7 @@ from .collect import ReportError
 from .configs import strategy_rank
 from .records import Record, RecordKey, RecordSet, load_records
 from .table import colalign
+from .ties import Ranking, Speeds, and_list, methods
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -105,13 +114,117 @@ def load_inputs(paths: Sequence[Path | str], prices: Sequence[str] | None = None
 
 
 @dataclass
+class Verdict:
+    """What one configuration's inputs show: who is fastest (or tied for it), who is cheapest."""
+
+    speed: Ranking[Row] | None
+    """The finished inputs by tokens/s, each against the fastest; None with fewer than two."""
+    cheapest: list[Row]
+    """The cheapest per 1M tokens and the inputs tied with it on cost (an empty list without two
+    priced inputs)."""
+    speeds: Speeds[Row] | None = None
+
+    @property
+    def fastest(self) -> list[Row]:
+        """The fastest, and every input the measurements cannot tell from it."""
+        return self.speed.tied if self.speed is not None else []
+
+
+def _cost_tied(speeds: Speeds[Row], cheap: Row, other: Row) -> bool:
+    """Cost per token of `other` over `cheap` = (price_o / price_c) x (tokens_c / tokens_o): the
+    speed comparison scaled by the prices, tied where its interval includes 1."""
+    pc, po = cheap.input.price or 0.0, other.input.price or 0.0
+    if pc == 0:
+        return po == 0  # both free: the same cost, however fast
+    return speeds.gap(other, cheap).times(po / pc).tied
+
+
+def verdict(rows: Sequence[Row]) -> Verdict:
+    """The speed ranking and the cheapest inputs of one configuration (ties.py decides ties)."""
+    ok = [r for r in rows if r.record.ok and r.record.step_time]
+    if len(ok) < 2:
+        return Verdict(None, [])
+    speeds = Speeds(ok, lambda r: r.record)
+    priced = [r for r in ok if r.cost_per_1m_tokens is not None]
+    cheapest: list[Row] = []
+    if len(priced) > 1:
+        low = min(priced, key=lambda r: r.cost_per_1m_tokens or 0)
+        cheapest = [low, *(r for r in priced if r is not low and _cost_tied(speeds, low, r))]
+    return Verdict(speeds.ranking(), cheapest, speeds)
+
+
+def _speedup_cell(r: Row, ref: Row | None, v: Verdict) -> str:
+    """'ref', '1.60x (1.55-1.66)': the speed-up over the reference with its 95% interval."""
+    if r.is_ref:
+        return "ref"
+    if ref is None or v.speeds is None or not all(x.record.ok and x.record.step_time for x in (r, ref)):
+        return fmt.ratio(r.speedup)
+    gap = v.speeds.gap(ref, r)
+    if gap.low is None or gap.high is None:
+        return fmt.ratio(gap.ratio)
+    return f"{fmt.ratio(gap.ratio)} ({gap.low:.2f}-{gap.high:.2f})"
+
+
+def _notes(r: Row, v: Verdict) -> list[str]:
+    out = []
+    fastest, cheapest = v.fastest, v.cheapest
+    if any(r is x for x in fastest):
+        untested = v.speed is not None and not all(g.tested for g in v.speed.gaps)
+        # without step times or repeats on a side nothing says whether the lead is noise
+        out.append("tied fastest" if len(fastest) > 1 else "fastest (untested)" if untested else "fastest")
+    if any(r is x for x in cheapest):
+        out.append("cheapest" if len(cheapest) == 1 else "tied cheapest")
+    if not r.record.ok:
+        out.append(r.record.status)
+    return out
+
+
+def tie_line(key: RecordKey, v: Verdict) -> str | None:
+    """Under the table, for a configuration whose fastest input is tied with others: the
+    interval, and which of the tied is cheaper (by its price) or leaner, where one is."""
+    rank = v.speed
+    if rank is None or not rank.is_tie:
+        return None
+    tied, top = rank.tied, rank.top
+    gaps = and_list(
+        [f"{r.input.label} {fmt.ratio(rank.gap(r).ratio)} ({rank.gap(r).ratio_interval()})" for r in tied[1:]]
+    )
+    how = methods(rank.gap(r) for r in tied[1:])
+    line = (
+        f"{key.label()}: {rank.tie_phrase(lambda r: r.input.label)}: against {top.input.label}, {gaps} "
+        f"(95% intervals; {how}): the difference is noise, not the inputs."
+    )
+    cheap = [r for r in v.cheapest if any(r is t for t in tied)]
+    if len(v.cheapest) == 1 and cheap:
+        dearer = [r for r in tied if r is not cheap[0]]
+        costs = and_list([fmt.money(r.cost_per_1m_tokens) for r in dearer])
+        return line + (
+            f" At a speed the measurements cannot tell apart, {cheap[0].input.label} is the cheaper: "
+            f"{fmt.money(cheap[0].cost_per_1m_tokens)} against {costs} per 1M tokens."
+        )
+    mems = [r.record.peak_memory_gb for r in tied]
+    if None not in mems and len(set(mems)) > 1:
+        lean = min(tied, key=lambda r: r.record.peak_memory_gb or 0)
+        gb = fmt.gb(lean.record.peak_memory_gb)
+        return line + f" {lean.input.label} needs the least peak memory of them ({gb} GB)."
+    return line
+
+
+@dataclass
 class Comparison:
     inputs: list[Input]
     rows: list[Row]
+    _verdicts: dict[RecordKey, Verdict] | None = field(default=None, init=False, repr=False)
 
     @property
     def priced(self) -> bool:
         return any(i.price is not None for i in self.inputs)
+
+    def verdicts(self) -> dict[RecordKey, Verdict]:
+        """Per configuration: the fastest and cheapest inputs, ties included (computed once)."""
+        if self._verdicts is None:
+            self._verdicts = {key: verdict(rows) for key, rows in self.by_key().items()}
+        return self._verdicts
 
     def _table_rows(self) -> tuple[list[str], list[list[str]]]:
         headers = ["configuration", "input", "hardware", "tokens/s", "step s", "peak GB", "speed-up"]
@@ -119,35 +232,26 @@ class Comparison:
             headers += ["$/1M tokens", "$/1K samples"]
         headers.append("note")
         out: list[list[str]] = []
-        last: RecordKey | None = None
+        verdicts = self.verdicts()
         for key, rows in self.by_key().items():
-            fastest = max(rows, key=lambda r: r.record.tokens_per_sec or 0)
-            priced = [r for r in rows if r.cost_per_1m_tokens is not None]
-            cheapest = min(priced, key=lambda r: r.cost_per_1m_tokens or 0) if priced else None
-            for r in rows:
+            v = verdicts[key]
+            ref = next((r for r in rows if r.is_ref), None)
+            for i, r in enumerate(rows):
                 rec = r.record
-                notes = []
-                if len(rows) > 1 and r is fastest and rec.ok:
-                    notes.append("fastest")
-                if len(priced) > 1 and r is cheapest:
-                    notes.append("cheapest")
-                if not rec.ok:
-                    notes.append(rec.status)
                 mem = fmt.gb(rec.peak_memory_gb) + (" RSS" if rec.memory_kind == "host RSS" else "")
                 line = [
-                    key.label() if key != last else "",
+                    key.label() if i == 0 else "",
                     r.input.label,
                     rec.hardware,
                     fmt.tokens(rec.tokens_per_sec),
                     fmt.seconds(rec.step_time),
                     mem if rec.peak_memory_gb is not None else fmt.NA,
-                    "ref" if r.is_ref else fmt.ratio(r.speedup),
+                    _speedup_cell(r, ref, v),
                 ]
                 if self.priced:
                     line += [fmt.money(r.cost_per_1m_tokens), fmt.money(r.cost_per_1k_samples)]
-                line.append(", ".join(notes))
+                line.append(", ".join(_notes(r, v)))
                 out.append(line)
-                last = key
         return headers, out
 
     def by_key(self) -> dict[RecordKey, list[Row]]:
@@ -165,7 +269,17 @@ class Comparison:
         return lines
 
     def _footer(self) -> list[str]:
-        out = ["speed-up: tokens/s over the first input that ran the configuration (ref)."]
+        out = [
+            "speed-up: tokens/s over the first input that ran the configuration (ref), with its 95% "
+            "interval; fastest and cheapest mark an input the measurements tell apart from every other, "
+            "tied fastest and tied cheapest those they cannot tell from the best."
+        ]
+        if any(v.speed and not all(g.tested for g in v.speed.gaps) for v in self.verdicts().values()):
+            out.append(
+                "untested: an input kept no step times or repeats to measure its noise with "
+                "(pytest-benchmark keeps them with --benchmark-save-data), so its lead may be noise."
+            )
+        out += [line for key, v in self.verdicts().items() if (line := tie_line(key, v))]
         if self.priced:
             out.append(
                 "cost: $/GPU-hour x world size / 3600 / (tokens/s or samples/s); "

@@ -17,6 +17,7 @@ from . import fmt, markdown_checks, markdown_gpu, markdown_techniques, markdown_
 from .configs import Config, ConfigKey, scenario_title, sessions_read
 from .md_table import capped as _capped
 from .md_table import md_table as _md_table
+from .scaling import LOSS_NOTES, baseline_cell, loss_cells
 from .table import CPU_NOTE, summary_rows
 
 if TYPE_CHECKING:
@@ -85,23 +86,40 @@ def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:
     return out
 
 
+def _trade(rec: Recommendation) -> str:
+    """The most memory-frugal configuration against the pick: what its memory saving costs in
+    throughput, where the measurements can tell (ties.py), else that they cannot."""
+    f, m = rec.fastest, rec.frugal
+    if f and m is f:
+        return "the fastest is also the leanest"
+    if not (f and m and f.memory_gb and m.memory_gb and f.tokens_per_sec and m.tokens_per_sec):
+        return fmt.NA
+    less = f"{m.strategy}: {fmt.pct(1 - m.memory_gb / f.memory_gb, 0)} less memory, "
+    if rec.speeds is not None and rec.speeds.gap(f, m).tied:
+        return less + "throughput tied within the noise"
+    return less + f"{fmt.pct(1 - m.tokens_per_sec / f.tokens_per_sec, 0)} less throughput"
+
+
+def _pick_cell(rec: Recommendation) -> str:
+    """'zero2', or on a tie 'fsdp (tied with zero2, ddp; lower peak memory)'."""
+    f = rec.fastest
+    if f is None:
+        return "none fits" if rec.not_fitting else "none finished"
+    others = [c.strategy for c in rec.tied if c is not f]
+    return f"{f.strategy} (tied with {', '.join(others)}; {rec.chosen_for})" if others else f.strategy
+
+
 def _at_a_glance(recs: Sequence[Recommendation]) -> list[str]:
-    """One row per scenario: the pick and the memory trade-off, details in the sections below."""
+    """One row per scenario: the pick and the memory trade-off, details in the sections below.
+    Where configurations are tied for the fastest, the pick is the leanest of them, and says so."""
     rows = []
     for rec in recs:
-        f, m = rec.fastest, rec.frugal
-        trade = fmt.NA
-        if f and m and m is not f and f.memory_gb and m.memory_gb and f.tokens_per_sec and m.tokens_per_sec:
-            trade = (
-                f"{m.strategy}: {fmt.pct(1 - m.memory_gb / f.memory_gb, 0)} less memory, "
-                f"{fmt.pct(1 - m.tokens_per_sec / f.tokens_per_sec, 0)} less throughput"
-            )
-        elif f and m is f:
-            trade = "the fastest is also the leanest"
+        f = rec.fastest
+        trade = _trade(rec)
         rows.append(
             [
                 rec.title,
-                f.strategy if f else ("none fits" if rec.not_fitting else "none finished"),
+                _pick_cell(rec),
                 fmt.tokens(f.tokens_per_sec) if f else fmt.NA,
                 f"{fmt.gb(f.memory_gb)} GB" if f and f.memory_gb is not None else fmt.NA,
                 trade,
@@ -165,18 +183,16 @@ def _scaling(configs: Sequence[Config], scaling: Mapping[ConfigKey, Scaling]) ->
                 fmt.tokens(c.tokens_per_sec),
                 fmt.pct(s.efficiency, 0),
                 s.mode,
-                f"ws{s.baseline_ws}"
-                + (f" (measured {s.one})" if s.against_one_gpu else f" (smallest measured; no {s.one})"),
+                *loss_cells(c, s),
+                baseline_cell(c, s),
             ]
         )
     if not rows:
         out.append("Every configuration was measured at one world size only: nothing to scale against.")
         return out
-    out.append(
-        _md_table(
-            ["strategy", "configuration", "world size", "tokens/s", "efficiency", "mode", "baseline"], rows
-        )
-    )
+    headers = ["strategy", "configuration", "world size", "tokens/s", "efficiency", "mode"]
+    out.append(_md_table([*headers, "lost per step: comm / wait / host / other", "mostly", "baseline"], rows))
+    out += ["", *LOSS_NOTES]
     return out
 
 

@@ -174,7 +174,7 @@ def _comm_columns(comm: Sequence[Config], exposed: bool) -> list[Column]:
         ("mean message", lambda c: _mb(config_comm(c, "mean_message_bytes"))),
         ("bus GB/step", _bus_gb),
         ("bus GB/s", lambda c: fmt.gbps(config_comm(c, "bus_gbps"))),
-        ("link used", _link_share),
+        ("of link busbw", _link_share),
     ]
 
 
@@ -223,7 +223,7 @@ def link_section(configs: Sequence[Config]) -> list[str]:
         "Measured by each group of ranks before its first configuration (or kept from an earlier sweep on "
         "the same boot of this host), as nccl-tests measures it: bf16, the mean over ranks of the mean of "
         f"{first.get('iterations')} iterations; busbw = S / t x the collective's bus factor "
-        "(nccl-tests' PERFORMANCE.md). *Latency*: the time of an 8 KiB message. *Link used* above is a "
+        "(nccl-tests' PERFORMANCE.md). *Latency*: the time of an 8 KiB message. *Of link busbw* above is a "
         "run's bus GB/s against this busbw at the run's mean message size.",
         "",
         md_table(["ranks" if cpu else "GPUs", "collective", "latency", *sizes, "peak GB/s"], rows),
@@ -315,7 +315,8 @@ def time_section(configs: Sequence[Config], runs: Sequence[Run]) -> list[str]:
             "ZeRO paper's volume, comm_model.py, stays in result.json as the prediction); *bus GB/s* = bus "
             "volume / time in collectives, comparable with nccl-tests' bus bandwidth; a figure above the "
             "link's measured peak is not shown (collectives overlapping on streams).",
-            "- *link used*: bus GB/s against the link probe's busbw at the step's mean message size (below).",
+            "- *of link busbw*: bus GB/s against the link probe's busbw at the step's mean message size "
+            "(below).",
         ]
     if h2d:
         columns += [

@@ -1,8 +1,18 @@
 """The recommendation: which configuration to train with, and the patterns the benchmark card names.
 
-Standard library only. Runs are compared only with runs of the same scenario (model, shapes,
-precision, hardware, world size): a ZeRO-3 run on 8 GPUs is not "faster" than DDP on one. Every
-sentence carries its numbers, so a reader can check the claim against the table.
+Standard library at import (the tie tests load numpy and scipy when they run). Runs are compared
+only with runs of the same scenario (model, shapes, precision, hardware, world size): a ZeRO-3 run
+on 8 GPUs is not "faster" than DDP on one. Every sentence carries its numbers, so a reader can
+check the claim against the table.
+
+No winner is named from noise. Whether one configuration is faster than another is decided in one
+place, ties.py (the regression gate's 95% interval of the ratio of their speeds): where the fastest
+and others are tied, the sentence says so with their intervals, and the recommendation chooses
+among them on peak memory (lower is better: within one scenario every strategy runs on the same
+hardware at the same price, so the cost per token is as tied as the speed), and says so:
+"fsdp_grad_op, fsdp and zero2 are tied on speed (within their +-8.0%, +-8.6% and +-7.9%
+intervals) ...; zero2 is chosen for its lower peak memory: ...". A difference outside the
+uncertainty is named plainly, with its interval.
 """
 
 from __future__ import annotations
@@ -12,9 +22,10 @@ from typing import TYPE_CHECKING
 
 from . import fmt
 from .configs import Config, ConfigKey, scenario_title
+from .ties import WITHIN_RUN, Ranking, Speeds, and_list, methods, record_of
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from .scaling import Scaling
 
@@ -66,8 +77,15 @@ class Recommendation:
     """Any configuration key of the scenario (the strategy part is ignored)."""
     configs: list[Config]
     fastest: Config | None = None
+    """The configuration recommended for speed: the fastest that fits, or, where others that fit
+    are tied with the fastest on speed (ties.py), the one of those with the lowest peak memory."""
     frugal: Config | None = None
     findings: list[Finding] = field(default_factory=list)
+    speed: Ranking[Config] | None = None
+    """The configurations that fit, by tokens/s, each against the fastest; `speed.tied` are those
+    the measurements cannot tell from it (the fastest included)."""
+    speeds: Speeds[Config] | None = None
+    """Speed comparisons between any two finished configurations of the scenario."""
 
     @property
     def title(self) -> str:
@@ -76,6 +94,25 @@ class Recommendation:
     @property
     def is_cpu(self) -> bool:
         return self.key.hardware == "CPU"
+
+    @property
+    def tied(self) -> list[Config]:
+        """The configurations tied for the fastest (the recommended one among them); [] without a
+        tie."""
+        return self.speed.tied if self.speed is not None and self.speed.is_tie else []
+
+    @property
+    def chosen_for(self) -> str:
+        """Why the recommended configuration was chosen among those tied for the fastest: 'lower
+        peak memory', or 'highest point estimate' where memory did not decide (not measured for all,
+        or the same); '' without a tie."""
+        f, tied = self.fastest, self.tied
+        if f is None or not tied:
+            return ""
+        if f.memory_gb is None or any(c.memory_gb is None for c in tied):
+            return "highest point estimate"
+        more = any((c.memory_gb or 0) > f.memory_gb for c in tied)
+        return "lower peak memory" if more else "highest point estimate"
 
     @property
     def not_fitting(self) -> list[Config]:
@@ -94,40 +131,110 @@ class Recommendation:
             out.append(
                 "CPU smoke: this ranking shows which code paths ran, not which strategy is faster on a GPU."
             )
-        f, m = self.fastest, self.frugal
+        f = self.fastest
         if f is None and self.not_fitting:
             out.append("No configuration finished within the memory limit, so none can be recommended.")
         elif f is None:
             out.append("No configuration finished, so none can be recommended.")
         else:
-            mem = (
-                f"{fmt.gb(f.memory_gb)} GB peak {f.memory_kind}" if f.memory_gb is not None else "memory n/a"
-            )
-            out.append(
-                f"**{f.strategy}** is the fastest that fits: {fmt.tokens(f.tokens_per_sec)} tokens/s "
-                f"(step {fmt.seconds(f.step_time)} s), {mem}."
-            )
-            if len([c for c in self.configs if c.fits]) == 1:
-                out.append("It is the only configuration here that fits; nothing to choose between.")
-            elif m is None:
-                out.append("Peak memory was not measured, so the most memory-frugal one is unknown.")
-            elif m is f:
-                out.append("It also needs the least memory of the configurations that fit.")
-            else:
-                assert m.memory_gb is not None and f.memory_gb and m.tokens_per_sec and f.tokens_per_sec
-                saving = 1 - m.memory_gb / f.memory_gb
-                cost = 1 - m.tokens_per_sec / f.tokens_per_sec
-                mem = f"{fmt.gb(m.memory_gb)} GB peak {m.memory_kind}"
-                out.append(
-                    f"**{m.strategy}** needs the least memory: {mem}, "
-                    f"{fmt.pct(saving, 0)} less than {f.strategy}, for {fmt.pct(cost, 0)} less throughput "
-                    f"({fmt.tokens(m.tokens_per_sec)} tokens/s)."
-                )
+            out += self.speed_sentences()
+            out += self._memory_sentences(f)
         if self.not_fitting:
             out.append("Did not fit: " + ", ".join(_why_not(c) for c in self.not_fitting) + ".")
         if self.not_finished:
             out.append("Did not finish: " + ", ".join(_why_not(c) for c in self.not_finished) + ".")
         return out
+
+    def speed_sentences(self, bold: Callable[[str], str] = lambda s: f"**{s}**") -> list[str]:
+        """Which configuration is the fastest that fits, or which are tied for it and which of them
+        is chosen; then the next one the fastest is measurably faster than, with the interval."""
+        f, rank = self.fastest, self.speed
+        assert f is not None
+        if rank is None or not rank.is_tie:
+            mem = (
+                f"{fmt.gb(f.memory_gb)} GB peak {f.memory_kind}" if f.memory_gb is not None else "memory n/a"
+            )
+            out = [
+                f"{bold(f.strategy)} is the fastest that fits: {fmt.tokens(f.tokens_per_sec)} tokens/s "
+                f"(step {fmt.seconds(f.step_time)} s), {mem}."
+            ]
+        else:
+            out = [_tie_sentence(rank, bold), _pick_sentence(f, rank.tied, bold)]
+        after = rank.first_untied() if rank is not None else None
+        if rank is not None and after is not None:
+            out.append(_next_sentence(rank, after))
+        return out
+
+    def _memory_sentences(self, f: Config) -> list[str]:
+        m = self.frugal
+        if len([c for c in self.configs if c.fits]) == 1:
+            return ["It is the only configuration here that fits; nothing to choose between."]
+        if m is None:
+            return ["Peak memory was not measured, so the most memory-frugal one is unknown."]
+        if m is f:
+            return ["It also needs the least memory of the configurations that fit."]
+        assert m.memory_gb is not None and f.memory_gb and m.tokens_per_sec and f.tokens_per_sec
+        saving = 1 - m.memory_gb / f.memory_gb
+        gap = self.speeds.gap(f, m) if self.speeds is not None else None
+        if gap is not None and gap.tied:
+            # a loss of throughput inside the noise is not a cost to quote
+            cost = f"at a throughput the measurements cannot tell from {f.strategy}'s ({gap.change()})"
+        else:
+            cost = f"for {fmt.pct(1 - m.tokens_per_sec / f.tokens_per_sec, 0)} less throughput"
+        mem = f"{fmt.gb(m.memory_gb)} GB peak {m.memory_kind}"
+        return [
+            f"**{m.strategy}** needs the least memory: {mem}, {fmt.pct(saving, 0)} less than {f.strategy}, "
+            f"{cost} ({fmt.tokens(m.tokens_per_sec)} tokens/s)."
+        ]
+
+
+def _tie_sentence(rank: Ranking[Config], bold: Callable[[str], str]) -> str:
+    """'a, b and c are tied on speed (within their +-x% intervals): 3,025, 2,950 and 2,909
+    tokens/s; against a, b -2.5% (95% interval ...) and c ... (method).'"""
+    tied, top = rank.tied, rank.top
+    phrase = rank.tie_phrase(lambda c: bold(c.strategy))
+    rates = and_list([fmt.tokens(c.tokens_per_sec) for c in tied])
+    gaps = and_list([f"{c.strategy} {rank.gap(c).change()}" for c in tied[1:]])
+    return f"{phrase}: {rates} tokens/s; against {top.strategy}, {gaps} ({methods(map(rank.gap, tied[1:]))})."
+
+
+def _pick_sentence(f: Config, tied: Sequence[Config], bold: Callable[[str], str]) -> str:
+    """Why `f` is the one named among those tied for the fastest: its lower peak memory, or, where
+    that does not decide, the highest point estimate."""
+    others = [c for c in tied if c is not f]
+    if f.memory_gb is None or any(c.memory_gb is None for c in others):
+        return (
+            f"{bold(f.strategy)} is named as the highest point estimate: peak memory was not measured "
+            "for all of them."
+        )
+    more = [c for c in others if (c.memory_gb or 0) > f.memory_gb]
+    if not more:
+        return (
+            f"{bold(f.strategy)} is named as the highest point estimate: they need the same peak memory "
+            f"({fmt.gb(f.memory_gb)} GB {f.memory_kind})."
+        )
+    against = and_list([f"{fmt.gb(c.memory_gb)} GB ({c.strategy})" for c in more])
+    same = [c.strategy for c in others if (c.memory_gb or 0) <= f.memory_gb]
+    tail = f"; {and_list(same)} need as little, and {f.strategy} is the faster point estimate" if same else ""
+    return (
+        f"{bold(f.strategy)} is chosen for its lower peak memory: {fmt.gb(f.memory_gb)} GB peak "
+        f"{f.memory_kind} against {against}{tail}."
+    )
+
+
+def _next_sentence(rank: Ranking[Config], c: Config) -> str:
+    """The fastest configuration the fastest is measurably faster than (or could not be tested
+    against), named plainly with its interval."""
+    gap, top = rank.gap(c), rank.top
+    head = (
+        f"The next, {c.strategy}, is {fmt.pct(1 - gap.ratio)} slower than {top.strategy}: "
+        f"{fmt.tokens(c.tokens_per_sec)} tokens/s"
+    )
+    if gap.low is None or gap.high is None:
+        return f"{head} ({gap.method})."
+    why = gap.method + (f"; {WITHIN_RUN}" if gap.within_run else "")
+    low, high = fmt.signed_pct(gap.low - 1), fmt.signed_pct(gap.high - 1)
+    return f"{head}, 95% interval {low} .. {high}, outside the measurement's noise ({why})."
 
 
 def _out_of_memory(c: Config) -> bool:
@@ -162,52 +269,52 @@ def _leaner_alternative(c: Config, others: list[Config], rules: PatternRules) ->
     return min(alternatives, key=lambda o: o.memory_gb or 0, default=None)
 
 
-def _patterns(ok: list[Config], fastest: Config, rules: PatternRules) -> list[Finding]:
+def _patterns(ok: list[Config], rec: Recommendation, rules: PatternRules) -> list[Finding]:
     """The benchmark card's patterns 1-3 among the finished configurations of one scenario. Memory
     is weighed against what a configuration of similar speed needs, never against one much slower:
-    an offload run at a third of the speed makes nothing 'memory-hungry'."""
+    an offload run at a third of the speed makes nothing 'memory-hungry'. Speeds the measurements
+    cannot tell apart (ties.py) are called tied, never 'faster'; 'the highest throughput' is the
+    recommended configuration's, and shared where it is tied."""
+    fastest, speeds = rec.fastest, rec.speeds
     with_mem = [c for c in ok if c.memory_gb and c.tokens_per_sec]
-    if len(with_mem) < 2:
+    if len(with_mem) < 2 or fastest is None:
         return []
-    best = max(c.tokens_per_sec or 0 for c in with_mem)
+    top = max(with_mem, key=lambda c: c.tokens_per_sec or 0)
+    best = top.tokens_per_sec or 0
     leanest = min(with_mem, key=lambda c: c.memory_gb or 0)
     hungriest = max(with_mem, key=lambda c: c.memory_gb or 0)
     hi = hungriest.memory_gb or 0
+    below = f"below {hungriest.strategy}'s {fmt.gb(hi)} GB"
     found: list[Finding] = []
     for c in with_mem:
         t, mem = c.tokens_per_sec or 0, c.memory_gb or 0
-        speed = f"{fmt.tokens(t)} tokens/s ({fmt.pct(t / best, 0)} of the best)"
+        tie = speeds is not None and c is not top and speeds.gap(top, c).tied
+        speed = f"{fmt.tokens(t)} tokens/s ({fmt.pct(t / best, 0)} of the best{', a tie' if tie else ''})"
         leaner = _leaner_alternative(c, with_mem, rules) if t >= (1 - rules.near_fastest) * best else None
         if c is fastest and c is not leanest and mem <= (1 - rules.frugal) * hi:
-            found.append(
-                Finding(
-                    "highest throughput, medium memory",
-                    c,
-                    f"{fmt.tokens(t)} tokens/s, {fmt.gb(mem)} GB: {fmt.pct(1 - mem / hi, 0)} below "
-                    f"{hungriest.strategy}'s {fmt.gb(hi)} GB",
-                )
-            )
+            shared = [o.strategy for o in rec.tied if o is not c]
+            head = f"tied for the highest with {and_list(shared)}: " if shared else ""
+            evidence = f"{head}{fmt.tokens(t)} tokens/s, {fmt.gb(mem)} GB: {fmt.pct(1 - mem / hi, 0)} {below}"
+            found.append(Finding("highest throughput, medium memory", c, evidence))
         elif leaner is not None:
-            lt, lm = leaner.tokens_per_sec or 0, leaner.memory_gb or 0
-            found.append(
-                Finding(
-                    "fast but memory-hungry",
-                    c,
-                    f"{speed}, {fmt.gb(mem)} GB: {fmt.pct(mem / lm - 1, 0)} more than {leaner.strategy}, "
-                    f"which is {'faster' if lt > t else 'nearly as fast'} ({fmt.tokens(lt)} tokens/s) "
-                    f"in {fmt.gb(lm)} GB",
-                )
-            )
+            found.append(Finding("fast but memory-hungry", c, _hungry_evidence(c, leaner, speed, speeds)))
         elif c is not fastest and t >= rules.good_speed * best and mem <= (1 - rules.frugal) * hi:
-            found.append(
-                Finding(
-                    "memory-efficient with good speed",
-                    c,
-                    f"{speed}, {fmt.gb(mem)} GB: {fmt.pct(1 - mem / hi, 0)} below "
-                    f"{hungriest.strategy}'s {fmt.gb(hi)} GB",
-                )
-            )
+            evidence = f"{speed}, {fmt.gb(mem)} GB: {fmt.pct(1 - mem / hi, 0)} {below}"
+            found.append(Finding("memory-efficient with good speed", c, evidence))
     return found
+
+
+def _hungry_evidence(c: Config, leaner: Config, speed: str, speeds: Speeds[Config] | None) -> str:
+    t, mem = c.tokens_per_sec or 0, c.memory_gb or 0
+    lt, lm = leaner.tokens_per_sec or 0, leaner.memory_gb or 0
+    if speeds is not None and speeds.gap(c, leaner).tied:
+        how = "as fast within the measurement's noise"
+    else:
+        how = "faster" if lt > t else "nearly as fast"
+    return (
+        f"{speed}, {fmt.gb(mem)} GB: {fmt.pct(mem / lm - 1, 0)} more than {leaner.strategy}, "
+        f"which is {how} ({fmt.tokens(lt)} tokens/s) in {fmt.gb(lm)} GB"
+    )
 
 
 def _poor_scaling(c: Config, s: Scaling, rules: PatternRules) -> Finding | None:
@@ -224,6 +331,25 @@ def _poor_scaling(c: Config, s: Scaling, rules: PatternRules) -> Finding | None:
     )
 
 
+def _lean_first(c: Config) -> tuple[float, float]:
+    # among equally lean ones, the faster is the better pick
+    return (c.memory_gb or 0.0, -(c.tokens_per_sec or 0))
+
+
+def _choose(rec: Recommendation, fitting: list[Config]) -> None:
+    """The fastest that fits, or among those tied for it the leanest; and the leanest overall."""
+    rec.speeds = Speeds([c for c in rec.configs if c.ok and c.tokens_per_sec], record_of)
+    rec.speed = rec.speeds.ranking(fitting)
+    tied = rec.speed.tied
+    if len(tied) > 1 and all(c.memory_gb is not None for c in tied):
+        rec.fastest = min(tied, key=_lean_first)
+    else:
+        rec.fastest = rec.speed.top  # one fastest, or memory unknown: the highest point estimate
+    with_mem = [c for c in fitting if c.memory_gb is not None]
+    if with_mem:
+        rec.frugal = min(with_mem, key=_lean_first)
+
+
 def recommend(
     configs: Sequence[Config], scaling: dict[ConfigKey, Scaling], rules: PatternRules | None = None
 ) -> list[Recommendation]:
@@ -238,12 +364,8 @@ def recommend(
     for rec in scenarios.values():
         fitting = [c for c in rec.configs if c.fits and c.tokens_per_sec]
         if fitting:
-            rec.fastest = max(fitting, key=lambda c: c.tokens_per_sec or 0)
-            with_mem = [c for c in fitting if c.memory_gb is not None]
-            if with_mem:
-                # among equally lean ones, the faster is the better pick
-                rec.frugal = min(with_mem, key=lambda c: (c.memory_gb, -(c.tokens_per_sec or 0)))
-            rec.findings = _patterns([c for c in rec.configs if c.ok], rec.fastest, rules)
+            _choose(rec, fitting)
+            rec.findings = _patterns([c for c in rec.configs if c.ok and c.tokens_per_sec], rec, rules)
         for c in rec.configs:
             s = scaling.get(c.key)
             finding = _poor_scaling(c, s, rules) if s else None

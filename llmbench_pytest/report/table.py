@@ -1,9 +1,11 @@
 """The console summary: one tabulate table, one row per configuration.
 
 Columns that are the same for every row (model, sequence length, batch, hardware) move into a
-header line, so the table keeps to what differs. Notes under the table say what a '-' means, and
-at most two lines flag what the GPU measurements found (throttling, model states far off their
-prediction).
+header line, so the table keeps to what differs. Under the table, given the recommendations, one
+line per scenario names the fastest configuration that fits, or the ones tied for it within the
+measurement's noise and the one chosen among them (ties.py decides, recommend.py chooses; the
+report's Recommendation has the evidence). Notes then say what a '-' means, and at most two lines
+flag what the GPU measurements found (throttling, model states far off their prediction).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from . import fmt, gpu_truth
 from .configs import Config, ConfigKey
 
 if TYPE_CHECKING:
+    from .recommend import Recommendation
     from .scaling import Scaling
 
 NUMERIC_COLUMNS = (
@@ -254,8 +257,44 @@ def gpu_notes(configs: Sequence[Config]) -> list[str]:
     return out
 
 
-def summary_table(configs: Sequence[Config], scaling: Mapping[ConfigKey, Scaling]) -> str:
-    """The console table, with its header line and notes, as one string."""
+def speed_line(rec: Recommendation) -> str | None:
+    """'fastest that fits: zero2, 1,024 tokens/s; the next, ddp, -3.8% (95% interval -6.4% ..
+    -1.3%)', or, on a tie, 'fastest that fits: fsdp, zero2 and ddp are tied on speed (within their
+    +-8.2%, +-8.7% and +-8.8% intervals); fsdp is chosen for its lower peak memory (10.0 GB)'.
+    None where fewer than two configurations fit: there is nothing to rank."""
+    f, rank = rec.fastest, rec.speed
+    if f is None or rank is None or len(rank.order) < 2:
+        return None
+    if rank.is_tie:
+        chosen = (
+            f"{f.strategy} is chosen for its lower peak memory ({fmt.gb(f.memory_gb)} GB)"
+            if rec.chosen_for == "lower peak memory"
+            else f"{f.strategy} is named, the {rec.chosen_for}"
+        )
+        head = f"{rank.tie_phrase(lambda c: c.strategy)}; {chosen}"
+    else:
+        head = f"{f.strategy}, {fmt.tokens(f.tokens_per_sec)} tokens/s"
+    after = rank.first_untied()
+    if after is not None:
+        head += f"; {after.strategy} {rank.gap(after).change()} against {rank.top.strategy}"
+    return f"fastest that fits: {head}"
+
+
+def speed_lines(recs: Sequence[Recommendation]) -> list[str]:
+    """One speed_line per scenario that has one, titled by its scenario where there are several."""
+    lines = [(rec, line) for rec in recs if (line := speed_line(rec))]
+    if len(lines) == 1:
+        return [lines[0][1]]
+    return [f"{rec.title}: {line}" for rec, line in lines]
+
+
+def summary_table(
+    configs: Sequence[Config],
+    scaling: Mapping[ConfigKey, Scaling],
+    recommendations: Sequence[Recommendation] = (),
+) -> str:
+    """The console table, with its header line, the fastest that fits per scenario (given the
+    recommendations) and the notes, as one string."""
     headers, rows, fixed = summary_rows(configs, scaling)
     text = tabulate(
         rows, headers=headers, tablefmt="simple", disable_numparse=True, colalign=colalign(headers)
@@ -264,5 +303,6 @@ def summary_table(configs: Sequence[Config], scaling: Mapping[ConfigKey, Scaling
     if fixed:
         lines.append("; ".join(fixed))
     lines.append(text)
+    lines.extend(speed_lines(recommendations))
     lines.extend(notes(configs))
     return "\n".join(lines)

@@ -67,6 +67,8 @@ def build_result(
         **_memory(spec, m),
         "h2d_source": h2d_source,
         "h2d_link_gbps": _min_rank(m.per_rank, "h2d_link_gbps"),
+        # the optimizer's share of a step (after backward to the step's end), the slowest rank's
+        "optimizer_step_sec": _max_rank(m.per_rank, "optimizer_sec_mean") if m.ok else None,
         "communication": _communication(spec, m, traces, mean_step),
         "link": m.link,
         **_epochs(spec, m),
@@ -559,6 +561,7 @@ def _rank_view(r: dict[str, Any]) -> dict[str, Any]:
         "pid": r.get("pid"),
         "status": r.get("status"),
         "mean_step_time_sec": r.get("mean_step_time_sec"),
+        "optimizer_sec_mean": r.get("optimizer_sec_mean"),
         "model_state_gb": _gb(r.get("census_bytes")),
         "model_state_host_gb": _gb(r.get("census_host_bytes")),
         "peak_allocated_gb": _gb(r.get("peak_allocated_bytes")),

@@ -93,7 +93,7 @@ def collect(device: torch.device, repo_dir: str | None = None) -> dict[str, Any]
     info["cpu_threads_per_rank"] = torch.get_num_threads()
     # the host's share this rank ran with: its cores, threads and how they were chosen
     info["host_share"] = host_share.describe(
-        torch.get_num_threads(), host_share.usable_cores(), rank_env().local_world_size
+        torch.get_num_threads(), host_share.usable_cores(), rank_env().local_world_size, device.type
     )
     info.update(git_info(repo_dir or os.getcwd()))
     return info

@@ -232,6 +232,7 @@ def _measured_epoch(
         wait += feed.prefetch(accum)
         window.clock.begin()
         loss = _backward(strategy, feed, accum)
+        window.clock.optimizer()
         strategy.optimizer_step()
         window.clock.end()
         step_losses.append(loss)

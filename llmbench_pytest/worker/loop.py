@@ -81,6 +81,8 @@ class LoopSamples:
     """What the measurement was asked for (adaptive.StopRule.plan)."""
     gc_pauses: dict[str, Any] | None = None
     """Python's garbage collections inside the window and the time they held the host (gc_pauses.py)."""
+    optimizer_times: list[float] = field(default_factory=list)
+    """Each measured step's optimizer share (StepClock.optimizer): what sharding the optimizer divides."""
 
 
 class Feed:
@@ -233,6 +235,7 @@ class Window:
             gpu_monitor_error=self.monitor.error,
             trace=trace,
             gc_pauses=self.gc_pauses,
+            optimizer_times=self.clock.optimizer_durations(),
             **extra,
         )
 
@@ -248,7 +251,6 @@ def timed_loop(
     accum = spec.grad_accum
     # the batches made for the cap come round again when a budgeted window goes past it (adaptive.py)
     feed = Feed(itertools.cycle(batches), ctx.device)
-
     warmup_losses = []
     warmup_step_s = []
     census = None
@@ -280,6 +282,7 @@ def timed_loop(
             maybe_inject(spec, ctx.rank)
         window.clock.begin()
         loss = _backward(strategy, feed, accum)
+        window.clock.optimizer()
         strategy.optimizer_step()
         window.clock.end()
         step_losses.append(loss)

@@ -326,6 +326,9 @@ def combine(
     if samples is not None:
         mine.update(
             mean_step_time_sec=sum(samples.step_times) / len(samples.step_times),
+            optimizer_sec_mean=sum(samples.optimizer_times) / len(samples.optimizer_times)
+            if samples.optimizer_times
+            else None,
             # model states on the training device; on a GPU, what offload keeps in host memory apart
             census_bytes=samples.census.get(ctx.device.type, 0),
             census_host_bytes=samples.census.get("cpu", 0) if ctx.device.type == "cuda" else None,

@@ -22,6 +22,7 @@ class StepClock:
         self._seconds: list[float] = []
         """Durations of the first steps, read once: a check point asks again for every step so far."""
         self._open: object | None = None
+        self._mids: list[object] = []
         self._done = 0
         self._window_start = 0.0
         self.window_s = 0.0
@@ -47,10 +48,26 @@ class StepClock:
     def begin(self) -> None:
         self._open = self._now()
 
+    def optimizer(self) -> None:
+        """Between a step's backward and its optimizer step: the optimizer's share of each step is
+        then the time from here to end() (at two ranks and more DeepSpeed's epilogue, its last
+        reductions and the updated parameters' all-gather, runs in it too)."""
+        self._mids.append(self._now())
+
     def end(self) -> None:
         assert self._open is not None, "end() without begin()"
         self._marks.append((self._open, self._now()))
         self._open = None
+
+    def optimizer_durations(self) -> list[float]:
+        """Seconds from optimizer() to end() of every step that marked it; after end_window()."""
+        out = []
+        for mid, (_, e) in zip(self._mids, self._marks, strict=False):
+            if self.cuda:
+                out.append(mid.elapsed_time(e) / 1000.0)  # type: ignore[attr-defined]
+            else:
+                out.append(float(e) - float(mid))  # type: ignore[arg-type]
+        return out
 
     def completed(self) -> int:
         """How many steps, from the first, the device has finished: without waiting for it (the

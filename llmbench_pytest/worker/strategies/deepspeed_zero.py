@@ -158,6 +158,9 @@ class DeepSpeedStrategy:
             "zero_optimizer": type(self.optimizer).__name__,
             "deepspeed_config": self.config,
             "compiled_blocks": self.compiled,
+            # gradients DeepSpeed reduces outside its buckets, which ZeRO-1 holds until its epilogue
+            # (analysis/memory_model.InFlight): counted here rather than estimated from the shapes
+            "params_above_bucket": self._params_above_bucket(),
         }
         from torch.nn import functional
 
@@ -176,6 +179,11 @@ class DeepSpeedStrategy:
                 "(deepspeedai/DeepSpeed#7589)",
             }
         return out
+
+    def _params_above_bucket(self) -> int:
+        bucket = int(self.config["zero_optimization"].get("reduce_bucket_size") or 0)
+        sizes = (getattr(p, "ds_numel", p.numel()) for p in self.built.module.parameters() if p.requires_grad)
+        return sum(n for n in sizes if n > bucket)
 
     def close(self) -> None:
         close_techniques(getattr(self, "built", None))
