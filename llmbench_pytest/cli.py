@@ -188,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gate(sub)
     _add_ops(sub)
     _add_plan(sub)
+    _add_scale(sub)
     _add_readme(sub)
     return parser
 
@@ -365,6 +366,32 @@ def _add_plan(sub: Any) -> None:
     )
     add_arguments(cmd)  # declared and checked in one place, plan/command.py
     cmd.set_defaults(func=_plan)
+
+
+def _scale(args: argparse.Namespace) -> int:
+    from .plan.scale_command import run
+
+    return run(args)
+
+
+def _add_scale(sub: Any) -> None:
+    from .plan.scale_command import add_arguments
+
+    cmd = sub.add_parser(
+        "scale",
+        help="predict tokens/s, scaling and peak memory at 8 to 1,024 GPUs from a session's runs",
+        formatter_class=_DESCRIBED,
+        description=(
+            "For every configuration RESULTS_DIR holds, predicts step time, tokens/s, scaling efficiency,\n"
+            "peak memory per GPU and the share of the step that is exposed communication at larger world\n"
+            "sizes: from the measured compute and optimizer time, the strategy's collectives timed over the\n"
+            "link the session's probe measured (and the network you name beyond a node), and the miss of\n"
+            "the model at the largest world size measured. Measured and assumed figures are marked."
+        ),
+        epilog="example: llmbench scale results/latest --network 400G --world-sizes 8,64,512 --plot s.png",
+    )
+    add_arguments(cmd)
+    cmd.set_defaults(func=_scale)
 
 
 def _readme(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from . import fmt, markdown_checks, markdown_gpu, markdown_techniques, markdown_workloads
+from . import fmt, markdown_checks, markdown_gpu, markdown_scale, markdown_techniques, markdown_workloads
 from .configs import Config, ConfigKey, scenario_title, sessions_read
 from .md_table import capped as _capped
 from .md_table import md_table as _md_table
@@ -276,6 +276,7 @@ def render(
         *_recommendations(recs),
         *_results(configs, scaling),
         *_scaling(configs, scaling),
+        *markdown_scale.render(runs, out_dir),
         *_mfu(configs),
         *markdown_techniques.render(configs),
         *markdown_gpu.render(configs, runs),

@@ -27,6 +27,7 @@ from . import fmt
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from .collect import Run
     from .configs import Config, ConfigKey
 
 
@@ -83,6 +84,12 @@ def _series_key(key: ConfigKey, mode: str) -> tuple[Any, ...]:
     if mode == "weak":
         return (*common, key.per_device_batch, key.grad_accum)
     return (*common, key.global_batch)
+
+
+def weak_series(key: ConfigKey) -> tuple[Any, ...]:
+    """What a configuration's runs at several world sizes share under weak scaling (plan/scale.py
+    groups them by it)."""
+    return _series_key(key, "weak")
 
 
 def scaling_table(configs: Sequence[Config]) -> dict[ConfigKey, Scaling]:
@@ -167,3 +174,28 @@ def _session(config: Config) -> str | None:
         if isinstance(session, str):
             return session
     return None
+
+
+def group(runs: Sequence[Run]) -> dict[str, list[dict[str, Any]]]:
+    """Configurations (every setting but the world size, weak scaling) -> their runs' result.json,
+    one per world size (the last read where a folder holds one twice)."""
+    from .configs import config_key
+
+    out: dict[Any, dict[int, dict[str, Any]]] = {}
+    names: dict[Any, str] = {}
+    for run in runs:
+        r = run.data
+        if r.get("status") != "ok" or not r.get("mean_step_time_sec"):
+            continue
+        key = weak_series(config_key(run))
+        out.setdefault(key, {})[int(r.get("world_size") or 1)] = r
+        names.setdefault(key, _name(r))
+    return {names[k]: [v[w] for w in sorted(v)] for k, v in out.items()}
+
+
+def _name(r: dict[str, Any]) -> str:
+    extra = [str(r.get("workload"))] if r.get("workload") not in (None, "causal_lm") else []
+    if r.get("data") not in (None, "memory"):
+        extra.append(str(r.get("data")))
+    batch = f"b{r.get('per_device_batch')}x{r.get('grad_accum')}"
+    return " ".join([str(r.get("strategy")), str(r.get("model")), f"seq{r.get('seq_len')}", batch, *extra])

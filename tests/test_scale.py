@@ -1,0 +1,129 @@
+"""Scale on paper (plan/scale.py, plan/network.py, `llmbench scale`): a configuration's step at more
+GPUs from its measured parts. The arithmetic against hand-computed cases; the CLI's refusals; and a
+CPU session at one and two ranks that gives a prediction (smoke: no accuracy claim on a CPU; the
+GPU validation is docs/results/2026-11-27-h200x2-many-gpus, tools/scale_validation.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from test_readme_commands import FIRST_RUN, first_run  # noqa: F401 (the README's first run, shared)
+
+from llmbench_pytest.plan.network import NIC_EFFICIENCY, Fabric, network
+from llmbench_pytest.plan.scale import Coll, bus_bytes, exposed_sec, optimizer_share, predict_config, schedule
+
+GIB = 2**30
+
+
+def _kind(latency_us: float, busbw: float) -> dict:
+    return {
+        "latency_us": latency_us,
+        "peak_busbw_gbps": busbw,
+        "sizes": [{"bytes": GIB, "busbw_gbps": busbw}],
+    }
+
+
+SWEEP = {
+    "world_size": 2,
+    "all_reduce": _kind(20.0, 300.0),
+    "all_gather": _kind(20.0, 250.0),
+    "reduce_scatter": _kind(20.0, 250.0),
+}
+NODE = Fabric(SWEEP, gpus_per_node=8)
+
+
+def test_a_ring_all_reduce_inside_a_node_takes_s_times_its_bus_factor_over_busbw():
+    # 1 GiB over 8 GPUs: S x 2(n-1)/n / busbw = 2**30 x 1.75 / 300e9
+    assert NODE.seconds("all_reduce", GIB, 8) == pytest.approx(GIB * 1.75 / 300e9)
+    assert NODE.seconds("all_gather", GIB, 4) == pytest.approx(GIB * 0.75 / 250e9)
+    assert NODE.seconds("all_reduce", GIB, 1) == 0.0  # one GPU moves nothing
+    assert NODE.seconds("all_reduce", 1024, 2) == pytest.approx(20e-6)  # a tiny message: its latency
+
+
+def test_across_nodes_the_nic_bounds_the_bus_and_each_tree_level_adds_latency():
+    gbytes, latency, _ = network("400G", None, None)
+    assert gbytes == pytest.approx(400 / 8 * NIC_EFFICIENCY) and latency == 5.0
+    fabric = Fabric(SWEEP, 8, gbytes, latency)
+    # 64 GPUs = 8 nodes: 3 tree levels, each twice the latency; the bus at the NIC's 45 GB/s
+    expected = GIB * 2 * 63 / 64 / (gbytes * 1e9) + 2 * 3 * 5e-6
+    assert fabric.seconds("all_reduce", GIB, 64) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="name the network"):
+        NODE.seconds("all_reduce", GIB, 16)
+    assert network("2x400G", None, None)[0] == pytest.approx(2 * gbytes)
+    assert network(None, 30.0, 2.0) == (30.0, 2.0, "30 GB/s per GPU (given)")
+    with pytest.raises(ValueError, match="--network '300G'"):
+        network("300G", None, None)
+
+
+def test_overlap_hides_what_compute_can_and_never_the_tail_or_the_waited_latency():
+    t = NODE.seconds("all_reduce", GIB, 2)  # 2**30 x 1 / 300e9 = 3.58 ms
+    hidden = [Coll("all_reduce", GIB, 4, 2 / 3)]
+    # 4 of them under 1 s of compute (0.667 s of backward): all hidden but the last
+    assert exposed_sec(hidden, 2, 1.0, NODE) == pytest.approx((4 * t, t))
+    # under 6 ms of compute (4 ms of backward): what backward cannot hide shows
+    assert exposed_sec(hidden, 2, 0.006, NODE)[1] == pytest.approx(4 * t - 0.004)
+    after = [Coll("all_gather", GIB, 1, 0.0)]  # ZeRO-1/2's gather after the step: all exposed
+    assert exposed_sec(after, 2, 10.0, NODE)[1] == pytest.approx(NODE.seconds("all_gather", GIB, 2))
+    waited = [Coll("all_gather", 1024, 100, 1.0, waited=True)]  # each one's latency on the path
+    assert exposed_sec(waited, 2, 10.0, NODE)[1] == pytest.approx(100 * 20e-6 + 20e-6)
+
+
+RUN = {
+    "strategy": "zero2", "offload": "none", "dtype": "bf16", "world_size": 1, "status": "ok",
+    "params": 1_000_000_000, "per_device_batch": 8, "grad_accum": 1, "seq_len": 2048,
+    "mean_step_time_sec": 0.300, "optimizer_step_sec": 0.050, "tokens_per_sec": 8 * 2048 / 0.300,
+    "model_info": {"hidden_size": 2048, "layers": 16},
+    "strategy_config": {"deepspeed_config": {"zero_optimization": {"reduce_bucket_size": 4_194_304}}},
+}  # fmt: skip
+
+
+def test_zero2s_schedule_moves_the_zero_paper_volume_and_its_step_is_hand_computable():
+    colls = schedule(RUN)
+    # gradients all-reduced in buckets (bf16), the updated parameters gathered once
+    assert bus_bytes(colls, 2) == pytest.approx(1e9 * 2 * 1 + 1e9 * 2 * 0.5)
+    (p2,) = [p for p in predict_config("zero2", [RUN], [2], NODE).predictions if p.world_size == 2]
+    buckets = colls[0].count
+    reduce_t = NODE.seconds("all_reduce", colls[0].size_bytes, 2)
+    gather_t = NODE.seconds("all_gather", 2e9, 2)
+    # compute 0.25 s; optimizer 0.05 / 2; the buckets hide under backward but the last, each waited
+    expected = 0.25 + 0.025 + gather_t + reduce_t + buckets * 20e-6
+    assert p2.step_sec == pytest.approx(expected)
+    assert p2.efficiency == pytest.approx(0.300 / expected)
+    assert optimizer_share("ddp", "none", 8, 8) == 1.0 and optimizer_share("zero2", "cpu", 16, 8) == 0.5
+
+
+def test_a_measured_larger_world_size_anchors_the_prediction_and_a_big_miss_is_flagged():
+    two = {**RUN, "world_size": 2, "mean_step_time_sec": 0.360}  # 20% slower than the model says
+    scale = predict_config("zero2", [RUN, two], [4, 8], NODE)
+    assert scale.anchor is two and scale.miss == pytest.approx(-0.2, abs=0.03)
+    assert any("misses the measured 2 GPUs" in f for f in scale.flags)
+    alone = {p.world_size: p for p in predict_config("zero2", [RUN], [4], NODE).predictions}
+    anchored = {p.world_size: p for p in scale.predictions}
+    # the measured miss at 2 GPUs is carried to 4
+    residual = 0.360 - predict_config("zero2", [RUN], [2], NODE).predictions[1].step_sec
+    assert anchored[4].step_sec == pytest.approx(alone[4].step_sec + residual)
+    assert anchored[2].measured and anchored[4].assumed == ["link busbw measured at 2 GPUs holds for 4"]
+
+
+@pytest.mark.xdist_group(FIRST_RUN)
+def test_a_cpu_session_at_one_and_two_ranks_gives_a_prediction(first_run, tmp_path):  # noqa: F811
+    bench, _ = first_run
+    out = tmp_path / "scale.json"
+    cmd = [sys.executable, "-m", "llmbench_pytest.cli", "scale", str(bench.path / "results" / "latest")]
+    done = subprocess.run([*cmd, "--world-sizes", "4,8", "--json", str(out)], capture_output=True, text=True,
+                          check=False, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "link inside a node: measured by the session's probe at 2 GPUs" in done.stdout
+    doc = json.loads(out.read_text())
+    assert doc["link"]["source"] == "measured (link probe)" and doc["network"] is None
+    for config in doc["configurations"]:
+        sizes = {p["world_size"]: p for p in config["predictions"]}
+        assert sizes[1]["measured"] and sizes[2]["measured"] and not sizes[8]["measured"]
+        assert sizes[8]["tokens_per_sec"] > 0 and sizes[8]["step_sec"] > 0
+    beyond = subprocess.run(
+        [*cmd, "--world-sizes", "64"], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert beyond.returncode == 2 and "name the network between them (--network 400G" in beyond.stderr
