@@ -12,7 +12,7 @@ from datetime import datetime
 import pytest
 
 from conftest import RUNS, saved_results
-from llmbench_pytest.config import hardware
+from llmbench_pytest.config import hardware, host_share
 from llmbench_pytest.config.hardware import Hardware, NodeShare
 from llmbench_pytest.launch.matrix import _too_big
 
@@ -27,7 +27,9 @@ def gpu_node(monkeypatch):
     # (delenv of an unset variable records nothing, and "" then hid the GPUs from later tests)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    return node
+    cores = os.sched_getaffinity(0)
+    yield node
+    os.sched_setaffinity(0, cores)  # share_node pins a GPU worker to its share of the cores too
 
 
 @pytest.mark.parametrize(
@@ -45,8 +47,12 @@ def test_each_worker_owns_a_contiguous_disjoint_slice_of_the_gpus(
 ):
     if visible is not None:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    cores = sorted(os.sched_getaffinity(0))
     hw = hardware.share_node(worker, workers)
     assert os.environ["CUDA_VISIBLE_DEVICES"] == owns
+    # and its share of the host's cores, which its ranks divide (offload's CPU optimizer)
+    index = int(worker.removeprefix("gw")) % workers
+    assert sorted(os.sched_getaffinity(0)) == host_share.slice_for(cores, workers, index)
     assert hw.device == "cuda" and hw.gpu_count == len(owns.split(",") if owns else [])
     assert hw.share is not None and hw.share.to_dict() == {
         "worker": worker,

@@ -77,9 +77,13 @@ class LostTime:
             "other": self.other_sec,
         }
 
+    @property
+    def profiled(self) -> bool:
+        return any(p is not None for p in (self.exposed_comm_sec, self.waiting_sec, self.host_sec))
+
     def main_cause(self) -> str | None:
-        """The part that explains most of the loss, or None when nothing was lost."""
-        if self.lost_sec <= 0:
+        """The part that explains most of the loss, or None when nothing was lost or nothing splits it."""
+        if self.lost_sec <= 0 or not self.profiled:
             return None
         return max(((k, v) for k, v in self.parts().items() if v is not None), key=lambda kv: kv[1])[0]
 

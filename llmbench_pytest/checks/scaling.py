@@ -56,6 +56,8 @@ def explain_loss(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
     lost = lost_time(dict(result), dict(baseline))
     if lost is None or lost.lost_sec <= 0:
         return ""
+    if not lost.profiled:
+        return ""  # nothing to split the loss by
     parts = ", ".join(f"{k} {v:.3f} s" for k, v in lost.parts().items() if v is not None)
     cause = lost.main_cause()
     comm = result.get("communication") or {}

@@ -152,6 +152,8 @@ def loss_cells(config: Config, scaling: Scaling) -> list[str]:
         return [fmt.NA, fmt.NA]
     if lost.lost_sec <= 0:
         return ["none", "-"]
+    if not lost.profiled:
+        return [f"{lost.lost_sec:.3f} s (not profiled)", "-"]
     cells = " / ".join("n/a" if v is None else f"{v:.3f}" for v in lost.parts().values())
     return [f"{cells} s", lost.main_cause() or "-"]
 
