@@ -169,11 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
             "  pytest benchmarks/                      every default strategy at world sizes 1, 2, 4, ...\n"
             f"                                          (all but {_NOT_DEFAULT})\n"
             "  torchrun --nproc_per_node=8 -m pytest benchmarks/ -k zero2     every rank runs pytest\n"
+            "    (-k zero2 selects zero2_offload too: -k 'zero2 and not offload', or\n"
+            "    --llmbench-strategies=zero2, runs it alone)\n"
             "Their options (strategies, model, world sizes, --llmbench-report, ...) are in\n"
             "`pytest --help`, section llmbench.\n"
             "\n"
             "This command reads those results: a report, a comparison of machines and prices, and a CI\n"
-            "regression gate; `llmbench plan` predicts each strategy's peak GPU memory before anything runs."
+            "regression gate; `llmbench plan` predicts each strategy's peak GPU memory before anything\n"
+            "runs, and `llmbench scale` its speed at more GPUs from a session's runs."
         ),
         epilog=(
             "Each command has its own --help. How to run the benchmarks, every option and how to read the\n"
