@@ -104,14 +104,15 @@ def test_world_sizes_run_as_groups_with_per_rank_logs(killed_rank_matrix):
 def test_a_failed_or_hung_rank_is_named_at_once_and_the_next_test_runs(bench, monkeypatch):
     # ddp: rank 1 hangs before its first measured step, rank 0 waits in DDP's all-reduce until
     # gloo's 8 s timeout: the rank named is the one behind in the group's collectives, not the
-    # one that timed out waiting. zero0: rank 1 runs out of memory while rank 0 waits in a
-    # collective: the launcher ends the group on rank 1's own report, well before the timeout
+    # one that timed out waiting. zero0, in the fresh group after it: rank 1 runs out of memory while
+    # rank 0 waits in a collective: the launcher ends the group on rank 1's own report, well before
+    # the timeout
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "ddp:hang:1,zero0:oom:1")
     started = time.monotonic()
     result = bench.runpytest_subprocess(
         "benchmarks",
         *FEW_STEPS,
-        "--llmbench-strategies=ddp,zero0,zero2",
+        "--llmbench-strategies=ddp,zero0",
         "--llmbench-world-sizes=2",
         "--llmbench-timeout=8",
         "-v",
@@ -119,7 +120,7 @@ def test_a_failed_or_hung_rank_is_named_at_once_and_the_next_test_runs(bench, mo
         "no:randomly",
     )
     elapsed = time.monotonic() - started
-    result.assert_outcomes(passed=1, failed=2)
+    result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
         [
             "*Failed: ddp error: hang: rank 1 stopped: it stopped first: it issued * collectives on the "
@@ -131,7 +132,6 @@ def test_a_failed_or_hung_rank_is_named_at_once_and_the_next_test_runs(bench, mo
     result.stdout.fnmatch_lines(["*while waiting for it: rank 0: *Timed out*"])
     result.stdout.fnmatch_lines(["*the group was ended (SIGTERM, then SIGKILL).*"])
     result.stdout.fnmatch_lines(["*Failed: zero0 oom: rank 1: *OutOfMemoryError*"])
-    result.stdout.fnmatch_lines(["*test_pretrain?zero2-ws2-seq128-llama-tiny? PASSED*"])
     found = runs(bench.path)
     assert found["ddp-ws2"]["status"] == "error" and found["ddp-ws2"]["failed_ranks"][0] == 1
     zero0 = found["zero0-ws2"]

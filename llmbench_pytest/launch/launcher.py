@@ -45,11 +45,11 @@ if TYPE_CHECKING:
 __all__ = ["Launch", "RankPool", "quiet_limit_s", "read_heartbeat", "run_group"]
 
 MEASUREMENT_FILE = "measurement.json"  # worker/main.py writes it; kept in step by tests
-FAILURE_GRACE_S = 5.0
+FAILURE_GRACE_S = 3.0
 """How long the launcher lets a group whose rank reported a failure end the run by itself while
 other ranks have not (they may wait in a collective for the failed rank until the timeout, 600 s by
-default): a healthy rank that failed alike (every rank out of memory at the same step) has
-reported by then."""
+default): ranks that fail alike (every rank out of memory at the same step) report within a
+moment of each other, and then ALL_FAILED_GRACE_S applies."""
 ALL_FAILED_GRACE_S = 30.0
 """The same once every rank has reported a failure: each is tearing down on its way to the run's
 own outcome."""
