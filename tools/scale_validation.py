@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llmbench_pytest.plan.network import Fabric
+from llmbench_pytest.plan.network import Fabric, widest_sweep
 from llmbench_pytest.plan.scale import bus_bytes, predict_config, schedule
 from llmbench_pytest.plan.scale_command import group
 from llmbench_pytest.report.collect import load_results
@@ -33,11 +33,11 @@ def main() -> int:
     ap.add_argument("--markdown", help="write the table here as well")
     args = ap.parse_args()
     runs = load_results(Path(args.results_dir)).runs
-    sweeps = [r.data["link"] for r in runs if isinstance(r.data.get("link"), dict)]
-    if not sweeps:
+    sweep = widest_sweep(r.data for r in runs)
+    if sweep is None:
         print("no link probe in these results (a session at world size 2 measures it)", file=sys.stderr)
         return 2
-    node = Fabric(max(sweeps, key=lambda s: int(s["world_size"])), gpus_per_node=8)
+    node = Fabric(sweep, gpus_per_node=8)
     rows, ahead = [], []
     for name, members in sorted(group(runs).items()):
         by_ws = {int(m["world_size"]): m for m in members}

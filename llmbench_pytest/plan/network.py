@@ -18,9 +18,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..analysis.collectives import bus_factor, busbw_at, peak_busbw
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 NETWORKS = {
     "100G": (100.0, 5.0),
@@ -34,6 +37,19 @@ per GPU (as on DGX H100: eight 400G ConnectX-7). Assumed figures: a user's own (
 NIC_EFFICIENCY = 0.9
 """The share of a NIC's line rate NCCL's bus bandwidth reaches across nodes (assumed: nccl-tests
 across 400G InfiniBand nodes reports about 45-48 GB/s of busbw against 50 GB/s of line rate)."""
+
+
+def widest_sweep(results: Iterable[dict[str, Any]], device: str | None = None) -> dict[str, Any] | None:
+    """The link probe's sweep at the largest world size among `results` (result.json documents),
+    only those run on `device` where given; None where none recorded one."""
+    sweeps = [
+        r["link"]
+        for r in results
+        if isinstance(r.get("link"), dict)
+        and r["link"].get("world_size")
+        and (device is None or r.get("device") == device)
+    ]
+    return max(sweeps, key=lambda s: int(s["world_size"]), default=None)
 
 
 @dataclass(frozen=True)

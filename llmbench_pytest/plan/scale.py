@@ -278,6 +278,8 @@ class Model:
         self.optimizer = float(base.get("optimizer_step_sec") or 0.0)
         self.strategy = str(base.get("strategy", "")).removesuffix("_offload").removesuffix("_nvme")
         self.offload = str(base.get("offload") or "none")
+        self.forward_backward = max(0.0, step - self.optimizer)
+        """The base's step less its optimizer: the compute collectives can hide under."""
         # a base of 2 or more GPUs carries its own collectives: compute is what they leave
         self.compute = step - self.optimizer
         if self.n0 > 1:
@@ -285,12 +287,7 @@ class Model:
             self.optimizer /= optimizer_share(self.strategy, self.offload, self.n0, fabric.gpus_per_node)
 
     def exposed(self, n: int, scale: float = 1.0) -> tuple[float, float]:
-        return exposed_sec(self.colls, n, self.compute_fb(), self.fabric, scale)
-
-    def compute_fb(self) -> float:
-        return max(
-            0.0, float(self.base["mean_step_time_sec"]) - float(self.base.get("optimizer_step_sec") or 0.0)
-        )
+        return exposed_sec(self.colls, n, self.forward_backward, self.fabric, scale)
 
     def step(self, n: int, scale: float = 1.0) -> tuple[float, float, float]:
         """(step, seconds in collectives, exposed) at n GPUs before any residual."""

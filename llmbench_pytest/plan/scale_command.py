@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..report.scaling import group
-from .network import Fabric, network
+from .network import Fabric, network, widest_sweep
 from .scale import BAND, ConfigScale, Prediction, predict_config, to_json
 
 if TYPE_CHECKING:
@@ -57,13 +57,12 @@ def _sizes(text: str) -> list[int]:
 
 def fabric_for(runs: Sequence[dict[str, Any]], args: argparse.Namespace, sizes: Sequence[int]) -> Fabric:
     """The link the session's probe measured at its largest world size, and the named network."""
-    sweeps = [r["link"] for r in runs if isinstance(r.get("link"), dict) and r["link"].get("world_size")]
-    if not sweeps:
+    sweep = widest_sweep(runs)
+    if sweep is None:
         raise ValueError(
             "no link probe in these results: a session that runs 2 or more GPUs measures the link before "
             "its first configuration (LLMBENCH_LINK_PROBE=0 turns it off); run one at world size 2"
         )
-    sweep = max(sweeps, key=lambda s: int(s["world_size"]))
     gbytes, latency, name = network(args.network, args.network_gbps, args.network_latency_us)
     host_gpus = max(int(r.get("world_size") or 1) for r in runs)
     per_node = args.gpus_per_node or max(host_gpus, 8 if max(sizes) > host_gpus else host_gpus)

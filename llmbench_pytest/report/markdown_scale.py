@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from ..plan.network import Fabric, network
+from ..plan.network import Fabric, network, widest_sweep
 from ..plan.scale import BAND, predict_config, to_json
 from . import fmt
 from .md_table import md_table
@@ -30,13 +30,13 @@ def render(runs: Sequence[Run], out_dir: Path | None = None) -> list[str]:
     """The section, and scale.json in `out_dir`; nothing where the session ran one world size or
     measured no link (CPU sessions included: their gloo 'link' says nothing of GPUs)."""
     data = [r.data for r in runs if r.ok]
-    sweeps = [d["link"] for d in data if isinstance(d.get("link"), dict) and d.get("device") == "cuda"]
-    if not sweeps or len({int(d.get("world_size") or 1) for d in data}) < 2:
+    sweep = widest_sweep(data, device="cuda")
+    if sweep is None or len({int(d.get("world_size") or 1) for d in data}) < 2:
         return []
     gbytes, latency, name = network(ASSUMED_NETWORK, None, None)
-    fabric = Fabric(max(sweeps, key=lambda s: int(s["world_size"])), GPUS_PER_NODE, gbytes, latency, name)
+    fabric = Fabric(sweep, GPUS_PER_NODE, gbytes, latency, name)
     scales = []
-    for config, members in group([r for r in runs if r.ok and r.data.get("device") == "cuda"]).items():
+    for config, members in group([r for r in runs if r.data.get("device") == "cuda"]).items():
         try:
             scales.append(predict_config(config, members, SIZES, fabric))
         except (ValueError, KeyError):

@@ -464,7 +464,7 @@ def _communication(
         "the rank with the most time in collectives",
     )
     if measured is not None:
-        sizes = sum(r["size_bytes"] * r["count_per_step"] for r in schedule)
+        sizes = worst.get("comm_bytes_per_step") or 0.0
         out.update(
             bus_bytes_per_step=measured,
             bus_bytes_source="measured",

@@ -16,6 +16,7 @@ LLMBENCH_LINK_PROBE=0 turns it off.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -140,8 +141,6 @@ def _kept(key: str) -> Path | None:
     base = cache_dir()
     if base is None:
         return None
-    import hashlib
-
     return base.parent / "link-probes" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
 
 
