@@ -71,6 +71,17 @@ def test_overlap_hides_what_compute_can_and_never_the_tail_or_the_waited_latency
     assert exposed_sec(waited, 2, 10.0, NODE)[1] == pytest.approx(100 * 20e-6 + 20e-6)
 
 
+def test_compute_beside_a_collective_hides_only_the_share_the_probe_saw_it_hide():
+    quarter = {"all_reduce": {"hidden_share": 0.25}}
+    contended = Fabric({**SWEEP, "overlap": quarter}, gpus_per_node=8)
+    t = NODE.seconds("all_reduce", GIB, 2)
+    hidden = [Coll("all_reduce", GIB, 4, 2 / 3)]
+    # the tail is bare as before; the three under backward cost the 75% the probe saw compute not hide
+    assert exposed_sec(hidden, 2, 1.0, contended) == pytest.approx((4 * t, t + 3 * t * 0.75))
+    assert contended.hidden_share("all_gather") == 1.0  # a kind the probe did not measure: as before
+    assert exposed_sec(hidden, 2, 1.0, NODE)[1] == pytest.approx(t)
+
+
 RUN = {
     "strategy": "zero2", "offload": "none", "dtype": "bf16", "world_size": 1, "status": "ok",
     "params": 1_000_000_000, "per_device_batch": 8, "grad_accum": 1, "seq_len": 2048,

@@ -72,6 +72,12 @@ class Fabric:
         table = self.sweep.get(kind) or self.sweep.get("all_reduce") or {}
         return float(table.get("latency_us") or 0.0) * 1e-6
 
+    def hidden_share(self, kind: str) -> float:
+        """The share of a `kind` collective's time that compute beside it hides, as the probe
+        measured it (worker/overlap_probe.py); 1 (all of it) for a sweep without that figure."""
+        measured = ((self.sweep.get("overlap") or {}).get(kind) or {}).get("hidden_share")
+        return 1.0 if measured is None else float(measured)
+
     def seconds(self, kind: str, size_bytes: float, n: int) -> float:
         """One collective of nccl-tests' size S over n ranks (module docstring)."""
         factor = bus_factor(kind, n)

@@ -21,7 +21,10 @@ A step at N GPUs (weak scaling: the per-GPU batch stays, as llmbench measures) i
 - exposed: what compute does not hide. Collectives that run beside backward (DDP's and DeepSpeed's
   gradient buckets with overlap_comm) hide under backward's two thirds of the compute, the
   parameter gathers and reductions of FSDP and ZeRO-3 under all of it, less a tail no compute
-  follows; ZeRO-0's reduction and ZeRO-1/2's gather of the updated parameters run after it.
+  follows; ZeRO-0's reduction and ZeRO-1/2's gather of the updated parameters run after it. What
+  runs beside compute is not free: NCCL's kernels take SMs and memory bandwidth from it, and the
+  link probe measures the share of a collective's time that compute beside it hides
+  (worker/overlap_probe.py); the rest is charged to the step.
 - the residual: where a run at 2 or more GPUs was measured, the model's miss there (its step less
   the model's) is carried to every larger N, the overlap and per-collective costs the model does
   not know as they were measured. A miss above FLAG_MISS flags the configuration.
@@ -153,7 +156,7 @@ def exposed_sec(
 ) -> tuple[float, float]:
     """(seconds in collectives, seconds of them no compute hides) per step at n GPUs; `scale`
     multiplies every collective's time (the measured bytes over the model's)."""
-    hidden_groups: dict[float, list[float]] = {}
+    hidden_groups: dict[float, list[tuple[float, float]]] = {}
     total = exposed = 0.0
     for c in colls:
         t = fabric.seconds(c.kind, c.size_bytes, n) * scale
@@ -163,10 +166,17 @@ def exposed_sec(
         if c.hidden_by <= 0:
             exposed += t * c.count
         else:
-            hidden_groups.setdefault(c.hidden_by, []).extend([t] * max(1, round(c.count)))
+            hidden_groups.setdefault(c.hidden_by, []).extend(
+                [(t, fabric.hidden_share(c.kind))] * max(1, round(c.count))
+            )
     for share, times in hidden_groups.items():
-        tail = times[-1]  # the last collective has no compute after it to hide under
-        exposed += max(tail, sum(times) - share * compute_sec)
+        whole = sum(t for t, _ in times)
+        tail = times[-1][0]  # the last collective has no compute after it to hide under
+        bare = max(tail, whole - share * compute_sec)
+        # what runs beside compute still costs the share of it the probe saw compute not hide
+        hidden = whole - bare
+        kept = sum(t * (1 - h) for t, h in times) / whole if whole else 0.0
+        exposed += bare + hidden * kept
     return total, exposed
 
 

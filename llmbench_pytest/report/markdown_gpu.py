@@ -210,9 +210,11 @@ def link_section(configs: Sequence[Config]) -> list[str]:
             table = link.get(kind) or {}
             by_size = {int(r["bytes"]): r.get("busbw_gbps") for r in table.get("sizes") or []}
             cells = [fmt.gbps(by_size.get(size)) for size in _PROBE_SIZES]
+            hidden = ((link.get("overlap") or {}).get(kind) or {}).get("hidden_share")
             rows.append(
-                [ws, kind, _us(table.get("latency_us")), *cells, fmt.gbps(table.get("peak_busbw_gbps"))]
-            )
+                [ws, kind, _us(table.get("latency_us")), *cells, fmt.gbps(table.get("peak_busbw_gbps")),
+                 fmt.NA if hidden is None else fmt.pct(hidden)]
+            )  # fmt: skip
     sizes = [f"busbw {_size_name(b)}" for b in _PROBE_SIZES]
     first = next(iter(sweeps.values()))
     cpu = any(c.is_cpu for c in configs)
@@ -224,9 +226,15 @@ def link_section(configs: Sequence[Config]) -> list[str]:
         "the same boot of this host), as nccl-tests measures it: bf16, the mean over ranks of the mean of "
         f"{first.get('iterations')} iterations; busbw = S / t x the collective's bus factor "
         "(nccl-tests' PERFORMANCE.md). *Latency*: the time of an 8 KiB message. *Of link busbw* above is a "
-        "run's bus GB/s against this busbw at the run's mean message size.",
+        "run's bus GB/s against this busbw at the run's mean message size. *Hidden by compute*: the share of "
+        "a train of collectives (64 MiB each on a GPU) that matrix multiplies started beside it hid, "
+        "(compute alone + collectives alone - both) / the shorter of the two; the rest slows a step even "
+        "where its profile shows the collectives beside compute, and the scale prediction charges it.",
         "",
-        md_table(["ranks" if cpu else "GPUs", "collective", "latency", *sizes, "peak GB/s"], rows),
+        md_table(
+            ["ranks" if cpu else "GPUs", "collective", "latency", *sizes, "peak GB/s", "hidden by compute"],
+            rows,
+        ),
     ]
 
 

@@ -3,7 +3,8 @@ it, once per group of ranks (and kept per host, so later sessions on the same bo
 
 All ranks sweep all_reduce, all_gather and reduce_scatter in bf16 over message sizes from 1 MiB
 to 1 GiB on the training backend (NCCL on a GPU, gloo on a CPU, where the sizes stop at 4 MiB),
-plus one small message for the latency. Each size runs WARMUP untimed iterations, then ITERS
+plus one small message for the latency, and how much of a collective's time compute can hide
+(worker/overlap_probe.py). Each size runs WARMUP untimed iterations, then ITERS
 timed ones (CUDA events on a GPU); a rank's time is the mean iteration, and the figure is the
 mean over ranks, as nccl-tests reports by default (-a 1). From the time t of S bytes over n ranks:
 algbw = S / t, busbw = algbw x bus factor (analysis/collectives.py, nccl-tests' PERFORMANCE.md).
@@ -28,7 +29,9 @@ import torch.distributed as dist
 
 from ..analysis.collectives import bus_factor
 from ..results.storage import write_json_atomic
+from . import overlap_probe
 from .dist import all_gather_object
+from .overlap_probe import run_collective
 from .trace_cache import cache_dir
 
 if TYPE_CHECKING:
@@ -44,38 +47,26 @@ LATENCY_BYTES = 8 << 10
 """A message small enough that its time is the collective's latency, not its bandwidth."""
 WARMUP, ITERS = 3, 10
 KINDS = ("all_reduce", "all_gather", "reduce_scatter")
-VERSION = 1
+VERSION = 2
 """Bumped when the sweep changes: a kept result of another sweep is not read."""
-
-
-def _run(kind: str, buf: torch.Tensor, size_elems: int, n: int) -> None:
-    """One collective of nccl-tests' size S = size_elems elements (module docstring)."""
-    if kind == "all_reduce":
-        dist.all_reduce(buf[:size_elems])
-    elif kind == "all_gather":
-        part = size_elems // n
-        dist.all_gather_into_tensor(buf[: part * n], buf[part * n : part * (n + 1)])
-    else:
-        part = size_elems // n
-        dist.reduce_scatter_tensor(buf[part * n : part * (n + 1)], buf[: part * n])
 
 
 def _time_one(kind: str, buf: torch.Tensor, size_elems: int, n: int, device: torch.device) -> float:
     """This rank's mean seconds per iteration."""
     for _ in range(WARMUP):
-        _run(kind, buf, size_elems, n)
+        run_collective(kind, buf, size_elems, n)
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(ITERS):
-            _run(kind, buf, size_elems, n)
+            run_collective(kind, buf, size_elems, n)
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1000 / ITERS
     dist.barrier()
     started = time.perf_counter()
     for _ in range(ITERS):
-        _run(kind, buf, size_elems, n)
+        run_collective(kind, buf, size_elems, n)
     return (time.perf_counter() - started) / ITERS
 
 
@@ -102,14 +93,15 @@ def sweep(ctx: DistContext) -> dict[str, Any]:
         for size in (LATENCY_BYTES, *sizes):
             elems = (size // elem) // n * n  # divisible by n for the gathers and scatters
             mine.append((kind, elems * elem, _time_one(kind, buf, elems, n, device)))
+    overlaps = [overlap_probe.measure(kind, n, device, buf) for kind in KINDS]
     del buf
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
-    every = all_gather_object(ctx, [t for _, _, t in mine])
+    every = all_gather_object(ctx, ([t for _, _, t in mine], overlaps))
     out: dict[str, Any] = {"world_size": n, "dtype": "bf16", "iterations": ITERS, "warmup": WARMUP}
     for i, (kind, size, _) in enumerate(mine):
-        mean = sum(float(r[i]) for r in every) / len(every)  # type: ignore[index]
+        mean = sum(float(r[0][i]) for r in every) / len(every)  # type: ignore[index]
         table = out.setdefault(kind, {"latency_us": None, "sizes": []})
         if size < min(sizes):
             table["latency_us"] = mean * 1e6
@@ -118,6 +110,11 @@ def sweep(ctx: DistContext) -> dict[str, Any]:
     for kind in KINDS:
         rows = out[kind]["sizes"]
         out[kind]["peak_busbw_gbps"] = max((r["busbw_gbps"] or 0.0) for r in rows) if rows else None
+    size = overlap_probe.OVERLAP_BYTES.get(device.type, overlap_probe.OVERLAP_BYTES["cpu"])
+    out["overlap"] = {
+        kind: overlap_probe.summarize(size, [r[1][i] for r in every])  # type: ignore[index]
+        for i, kind in enumerate(KINDS)
+    }
     out["sweep_sec"] = time.perf_counter() - started
     return out
 

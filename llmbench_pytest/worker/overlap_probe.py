@@ -1,0 +1,138 @@
+"""Runs inside each rank, beside the link probe: how much of a collective's time compute on the same
+device can hide, measured on this link rather than assumed.
+
+A collective that runs beside compute is not free: its kernels take SMs and memory bandwidth from
+the compute (NCCL's channels are thread blocks on the same SMs), so the compute slows while both
+run. For each collective kind, with message size OVERLAP_BYTES, the probe times a train of
+collectives alone (t_comm), a train of bf16 matrix multiplies of about the same length alone
+(t_compute), and both started together, the collectives on the backend's stream and the multiplies
+on the device's (t_both). The share of the shorter one the other hid:
+
+    hidden_share = (t_compute + t_comm - t_both) / min(t_compute, t_comm)        (clipped to 0..1)
+
+1 is perfect overlap (t_both is the longer of the two), 0 none (t_both is their sum). The scale
+prediction (plan/scale.py) charges a collective that compute can hide (1 - hidden_share) of its
+time. Each figure is the median of REPEATS, every rank starting each timing together; the mean over
+ranks is recorded. On a CPU (gloo runs its collectives on threads of its own) it measures the same
+thing for the cores, at small sizes: the code path runs in CI, the figure is no GPU's.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+MIB = 1 << 20
+OVERLAP_BYTES = {"cuda": 64 * MIB, "cpu": MIB}
+"""A message of a gradient bucket's or a layer's size (DDP's buckets are 25 MiB, a 1B model's layer
+60 to 120 MB): large enough that its time is bandwidth, not latency."""
+GEMM = {"cuda": (4096, torch.bfloat16), "cpu": (128, torch.float32)}
+TRAIN_S = {"cuda": 0.02, "cpu": 0.02}
+"""How long each train (of collectives, of multiplies) runs: long against a launch, short in all."""
+REPEATS = 3
+
+
+def run_collective(kind: str, buf: torch.Tensor, size_elems: int, n: int, async_op: bool = False) -> Any:
+    """One collective of nccl-tests' size S = size_elems elements; its work handle when async."""
+    if kind == "all_reduce":
+        return dist.all_reduce(buf[:size_elems], async_op=async_op)
+    part = size_elems // n
+    if kind == "all_gather":
+        return dist.all_gather_into_tensor(buf[: part * n], buf[part * n : part * (n + 1)], async_op=async_op)
+    return dist.reduce_scatter_tensor(buf[part * n : part * (n + 1)], buf[: part * n], async_op=async_op)
+
+
+def _timed(fn: Callable[[], None], device: torch.device) -> float:
+    """Seconds of `fn`'s device work, every rank starting together (a one-element all-reduce, and
+    on a GPU the device idle after it)."""
+    dist.all_reduce(torch.zeros(1, device=device))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def hidden_share(t_compute: float, t_comm: float, t_both: float) -> float:
+    """The module docstring's share, clipped to 0..1."""
+    shorter = min(t_compute, t_comm)
+    if shorter <= 0:
+        return 0.0
+    return min(1.0, max(0.0, (t_compute + t_comm - t_both) / shorter))
+
+
+def measure(kind: str, n: int, device: torch.device, buf: torch.Tensor) -> dict[str, Any]:
+    """This rank's timings for one kind (module docstring); `buf` holds OVERLAP_BYTES and a share."""
+    dev = device.type if device.type in OVERLAP_BYTES else "cpu"
+    side, dtype = GEMM[dev]
+    a = torch.randn(side, side, dtype=dtype, device=device)
+    b = torch.randn(side, side, dtype=dtype, device=device)
+    out = torch.empty(side, side, dtype=dtype, device=device)
+    elems = (OVERLAP_BYTES[dev] // buf.element_size()) // n * n
+
+    def compute(reps: int) -> Callable[[], None]:
+        def go() -> None:
+            for _ in range(reps):
+                torch.mm(a, b, out=out)
+
+        return go
+
+    def comm(count: int) -> Callable[[], None]:
+        def go() -> None:
+            for _ in range(count):
+                run_collective(kind, buf, elems, n)
+
+        return go
+
+    def both(reps: int, count: int) -> Callable[[], None]:
+        def go() -> None:
+            # the collectives on the backend's stream (waiting on nothing pending), then the
+            # multiplies on the device's, then the device's stream waits for the collectives
+            works = [run_collective(kind, buf, elems, n, async_op=True) for _ in range(count)]
+            compute(reps)()
+            for w in works:
+                w.wait()
+
+        return go
+
+    _timed(comm(2), device)  # warm: the communicator's buffers, the kernels
+    one_comm = _timed(comm(2), device) / 2
+    one_gemm = _timed(compute(4), device) / 4
+    # every rank must issue the same number of collectives: rank 0's counts for all
+    counts = torch.tensor(
+        [max(2, round(TRAIN_S[dev] / max(one_comm, 1e-6))), 0], dtype=torch.float64, device=device
+    )
+    counts[1] = max(2, round(float(counts[0]) * one_comm / max(one_gemm, 1e-7)))
+    dist.broadcast(counts, 0)
+    count, reps = int(counts[0]), int(counts[1])
+    runs = [
+        (_timed(compute(reps), device), _timed(comm(count), device), _timed(both(reps, count), device))
+        for _ in range(REPEATS)
+    ]
+    t_compute, t_comm, t_both = (statistics.median(r[i] for r in runs) for i in range(3))
+    return {"compute_s": t_compute, "comm_s": t_comm, "both_s": t_both}
+
+
+def summarize(size_bytes: int, per_rank: list[dict[str, float]]) -> dict[str, Any]:
+    """The mean over ranks of each time, and the share from those means."""
+    mean = {k: sum(r[k] for r in per_rank) / len(per_rank) for k in ("compute_s", "comm_s", "both_s")}
+    return {
+        "bytes": size_bytes,
+        "compute_ms": mean["compute_s"] * 1e3,
+        "comm_ms": mean["comm_s"] * 1e3,
+        "both_ms": mean["both_s"] * 1e3,
+        "hidden_share": hidden_share(mean["compute_s"], mean["comm_s"], mean["both_s"]),
+    }
