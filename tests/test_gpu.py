@@ -87,11 +87,15 @@ def _checks(bench, name, ws):
 
 
 @needs_gpu
-def test_an_erratic_rank_fails_mean_interval_and_a_steady_one_passes(bench, monkeypatch):
+def test_an_erratic_ranks_window_ends_at_its_budget_with_no_verdict_and_a_steady_one_passes(
+    bench, monkeypatch
+):
     # every optimizer step of zero2 sleeps 0 to 1 s first: past the cap of 10 steps it is measured
-    # until the 20 s budget is spent, and its mean is still not known to 10%; ddp's 16 ms steps go
-    # on past the cap until theirs is (at a fixed 10 steps, a healthy tiny ddp on 1x H100 was known
-    # to +-96.8% on 2026-11-26: two effective steps of 16 ms)
+    # until the 20 s budget is spent, and its mean is still not known to 10%: the budget, not the
+    # strategy, ended the window, so no verdict (issue 41; a fixed count that ends it imprecise is
+    # failed: tests/test_timing_verdicts.py). ddp's 16 ms steps go on past the cap until theirs is
+    # known (at a fixed 10 steps a healthy tiny ddp on 1x H100 was known to +-96.8% on 2026-11-26:
+    # two effective steps of 16 ms). Written for the budget rule on 2026-11-27, not yet run on a GPU.
     monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "zero2:jitter=1.0")
     result = bench.runpytest_subprocess(
         "benchmarks/test_pretrain.py",
@@ -100,8 +104,10 @@ def test_an_erratic_rank_fails_mean_interval_and_a_steady_one_passes(bench, monk
         "--llmbench-model=llama-tiny",
         "--llmbench-max-steps=10",
     )
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*- mean_interval: zero2: the mean step time is not known well enough*"])
+    result.assert_outcomes(passed=2)
+    erratic = _checks(bench, "zero2", 1)["mean_interval"]
+    assert erratic["passed"] is None and erratic["measured"] > 0.10
+    assert "the budget, not the strategy, ended the window" in erratic["message"]
     assert _checks(bench, "ddp", 1)["mean_interval"]["passed"] is True
 
 
