@@ -106,6 +106,21 @@ def test_zero2s_schedule_moves_the_zero_paper_volume_and_its_step_is_hand_comput
     assert optimizer_share("ddp", "none", 8, 8) == 1.0 and optimizer_share("zero2", "cpu", 16, 8) == 0.5
 
 
+def test_a_host_bound_step_that_waits_for_gathers_is_flagged_until_a_larger_run_anchors_it():
+    zero3 = {**RUN, "strategy": "zero3", "gpu_util_pct": 60.0}  # busy 0.6 x 0.3 / 0.25 = 72% of fwd+bwd
+    flags = predict_config("zero3", [zero3], [2], NODE).flags
+    assert (
+        len(flags) == 1 and "host-bound: the GPU was busy 72%" in flags[0] and "likely too fast" in flags[0]
+    )
+    # GPU-bound, or no gathers waited for (ZeRO-2's buckets), or no utilisation recorded: no flag
+    assert not predict_config("zero3", [{**zero3, "gpu_util_pct": 95.0}], [2], NODE).flags
+    assert not predict_config("zero2", [{**RUN, "gpu_util_pct": 30.0}], [2], NODE).flags
+    assert not predict_config("zero3", [{**RUN, "strategy": "zero3"}], [2], NODE).flags
+    # a measured 2-GPU run anchors the prediction: its miss is carried instead
+    two = {**zero3, "world_size": 2, "mean_step_time_sec": 0.31}
+    assert not any("host-bound" in f for f in predict_config("zero3", [zero3, two], [4], NODE).flags)
+
+
 def test_a_measured_larger_world_size_anchors_the_prediction_and_a_big_miss_is_flagged():
     two = {**RUN, "world_size": 2, "mean_step_time_sec": 0.360}  # 20% slower than the model says
     scale = predict_config("zero2", [RUN, two], [4, 8], NODE)
