@@ -1,0 +1,37 @@
+"""tools/suite_plan.py: the default suite's wall time on more GPUs, from a session's measured
+configurations (issue 44's plan for 4 and 8 GPUs). The packing and the host-heavy rule by hand."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def _session(tmp_path, rows):
+    path = tmp_path / "tta.json"
+    path.write_text(json.dumps({"rows": [
+        {"test": f"b.py::test_x[{s}-ws{w}-seq8-m]", "name": f"{s}-ws{w}", "status": "ok", "total": t}
+        for s, w, t in rows
+    ]}))  # fmt: skip
+    return path
+
+
+def test_side_by_side_packs_each_world_size_onto_its_lanes_and_runs_offload_alone(tmp_path):
+    rows = [("ddp", 1, 10.0), ("fsdp", 1, 6.0), ("zero2", 1, 4.0), ("zero2_offload", 1, 30.0),
+            ("ddp", 2, 12.0), ("fsdp", 2, 8.0), ("zero2", 2, 5.0), ("zero2_offload", 2, 31.0)]  # fmt: skip
+    out = tmp_path / "plan.json"
+    subprocess.run(
+        [sys.executable, "tools/suite_plan.py", str(_session(tmp_path, rows)), "--gpus=2,4", f"--json={out}"],
+        cwd=REPO, check=True, capture_output=True,
+    )  # fmt: skip
+    two, four = json.loads(out.read_text())["plans"]
+    # 2 GPUs: world size 1 on two lanes (10 | 6 + 4) then offload alone; world size 2 one at a time
+    assert [r["side_by_side_sec"] for r in two["world_sizes"]] == [10.0 + 30.0, 56.0]
+    assert two["one_at_a_time_sec"] == 50.0 + 56.0
+    # 4 GPUs: world size 4 was not run, so it takes each configuration's 2-GPU figure
+    ws4 = four["world_sizes"][2]
+    assert ws4["assumed_from_world_size"] == 2 and ws4["one_at_a_time_sec"] == 56.0
+    assert four["world_sizes"][1]["side_by_side_sec"] == 13.0 + 31.0  # two lanes: 12 | 8 + 5
