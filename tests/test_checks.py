@@ -379,9 +379,16 @@ def test_scaling_is_recorded_but_not_judged_on_cpu():
 
 def test_loss_must_fall():
     assert check_loss_falls(result()).passed is True
-    out = check_loss_falls(result(losses=[6.0, 6.5, 7.0]))
-    assert out.passed is False and "first third 6.0000, of the last third 7.0000" in out.message
+    out = check_loss_falls(result(losses=[6.0, 6.2, 6.4, 6.6, 6.8, 7.0]))
+    assert out.passed is False and "first third 6.1000, of the last third 6.9000" in out.message
     assert check_loss_falls(result(losses=[5.0])).passed is None
+
+
+def test_a_rise_over_a_few_steps_is_no_verdict_a_fall_still_passes():
+    # the 2x H200 zero3_nvme window of 3 steps after one warm-up step: llama-1b's early rise
+    out = check_loss_falls(result(losses=[10.28, 13.29, 19.76]))
+    assert out.passed is None and "fewer than 6 steps" in out.message and "--llmbench-steps=6" in out.message
+    assert check_loss_falls(result(losses=[10.28, 9.0, 8.1])).passed is True
 
 
 def test_scaling_of_repeated_runs_uses_their_mean():
