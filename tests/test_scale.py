@@ -79,6 +79,11 @@ def test_compute_beside_a_collective_hides_only_the_share_the_probe_saw_it_hide(
     # the tail is bare as before; the three under backward cost the 75% the probe saw compute not hide
     assert exposed_sec(hidden, 2, 1.0, contended) == pytest.approx((4 * t, t + 3 * t * 0.75))
     assert contended.hidden_share("all_gather") == 1.0  # a kind the probe did not measure: as before
+    # and the output says which it was
+    assert contended.overlap_text().endswith(
+        "compute hides 25% of an all_reduce (measured by the link probe)"
+    )
+    assert "hidden whole (assumed" in NODE.overlap_text()
     assert exposed_sec(hidden, 2, 1.0, NODE)[1] == pytest.approx(t)
 
 

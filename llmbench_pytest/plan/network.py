@@ -78,6 +78,19 @@ class Fabric:
         measured = ((self.sweep.get("overlap") or {}).get(kind) or {}).get("hidden_share")
         return 1.0 if measured is None else float(measured)
 
+    def measured_overlap(self) -> dict[str, float]:
+        """The probe's hidden share per collective kind, where it recorded one."""
+        shares = {k: (v or {}).get("hidden_share") for k, v in (self.sweep.get("overlap") or {}).items()}
+        return {k: float(v) for k, v in shares.items() if v is not None}
+
+    def overlap_text(self) -> str:
+        """What the predictions assume of collectives beside compute, and whence."""
+        shares = self.measured_overlap()
+        if not shares:
+            return "collectives beside compute: hidden whole (assumed; this link probe measured no overlap)"
+        parts = ", ".join(f"{v:.0%} of {'an' if k[0] in 'aeiou' else 'a'} {k}" for k, v in shares.items())
+        return f"collectives beside compute: compute hides {parts} (measured by the link probe)"
+
     def seconds(self, kind: str, size_bytes: float, n: int) -> float:
         """One collective of nccl-tests' size S over n ranks (module docstring)."""
         factor = bus_factor(kind, n)

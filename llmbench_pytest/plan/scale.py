@@ -409,7 +409,12 @@ def to_json(scales: Sequence[ConfigScale], fabric: Fabric) -> dict[str, Any]:
         "schedule timed over the link probe (and the named network beyond the node), overlap by strategy, "
         "the miss at the largest measured world size carried",
         "error_band": BAND,
-        "link": {"measured_at_world_size": fabric.measured_world_size, "source": "measured (link probe)"},
+        "link": {
+            "measured_at_world_size": fabric.measured_world_size,
+            "source": "measured (link probe)",
+            "hidden_share_beside_compute": fabric.measured_overlap() or None,
+            "overlap": fabric.overlap_text(),
+        },
         "gpus_per_node": fabric.gpus_per_node,
         "network": net,
         "configurations": [s.to_dict() for s in scales],

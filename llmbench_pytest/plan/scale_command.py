@@ -95,10 +95,12 @@ def _row(p: Prediction) -> str:
 
 def render(scales: Sequence[ConfigScale], fabric: Fabric) -> str:
     peak = max(float(t.get("peak_busbw_gbps") or 0) for t in fabric.sweep.values() if isinstance(t, dict))
+    between = fabric.network_name or "not asked for"
     lines = [
         f"link inside a node: measured by the session's probe at {fabric.measured_world_size} GPUs (peak "
-        f"busbw {peak:.0f} GB/s); {fabric.gpus_per_node} GPUs per node; between nodes: "
-        f"{fabric.network_name or 'not asked for'} (assumed)",
+        f"busbw {peak:.0f} GB/s); {fabric.gpus_per_node} GPUs per node; between nodes: {between}"
+        f"{'' if 'assumed' in between else ' (assumed)'}",
+        fabric.overlap_text(),
         f"error band: {BAND}",
     ]
     head = f"  {'GPUs':>6} {'tokens/s':>12} {'step s':>8} {'eff':>5} {'peak GB':>8} {'exposed':>8}  source"

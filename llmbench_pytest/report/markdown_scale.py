@@ -61,7 +61,7 @@ def render(runs: Sequence[Run], out_dir: Path | None = None) -> list[str]:
         f"the measured compute and optimizer time, each strategy's collectives timed over the link the "
         f"probe measured at {fabric.measured_world_size} GPUs (assumed to hold for the {GPUS_PER_NODE} GPUs "
         f"of a node), beyond {GPUS_PER_NODE} GPUs an assumed {ASSUMED_NETWORK} NIC per GPU between nodes, "
-        "and the model's miss at the largest measured world size carried. "
+        f"and the model's miss at the largest measured world size carried; {fabric.overlap_text()}. "
         f"`llmbench scale RESULTS_DIR --network ...` gives other sizes and networks; figures in `{FILE}`.",
         "",
         md_table(["configuration", *(f"{n} GPUs" for n in SIZES), "flags"], rows),
