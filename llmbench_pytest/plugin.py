@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -371,6 +372,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         for e in entries
     ]
     metafunc.parametrize("llmbench", params, indirect=True)
+
+
+def pytest_collection_modifyitems(items: list[Any]) -> None:
+    """World size first across the benchmark files too, as each benchmark already orders its own
+    (launch/matrix.py): the launcher keeps one warm group of ranks per world size, so
+    `pytest benchmarks/` then starts one group per world size instead of one per file and world size
+    (on 2 GPUs 2 fresh starts instead of 8). Other tests keep their places; ties keep collection order."""
+    slots = [i for i, item in enumerate(items) if _world_size_of(item) is not None]
+    ordered = sorted((items[i] for i in slots), key=_world_size_of)
+    for i, item in zip(slots, ordered, strict=True):
+        items[i] = item
+
+
+def _world_size_of(item: Any) -> int | None:
+    """A benchmark item's world size: its RunSpec's, or for one skipped at collection (no spec)
+    the `-ws<N>-` of its id."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "llmbench" not in callspec.params:
+        return None
+    size = getattr(callspec.params["llmbench"], "world_size", None)
+    if size is None:
+        found = re.search(r"(?:^|-)ws(\d+)(?:-|$)", callspec.id)
+        size = int(found.group(1)) if found else None
+    return size
 
 
 def _refusals(config: pytest.Config, items: list[Any]) -> list[str]:

@@ -73,6 +73,29 @@ def killed_rank_matrix(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
 
 
 @pytest.mark.xdist_group(KILLED)
+def test_benchmarks_of_every_file_run_world_size_first_together_and_other_tests_keep_their_places():
+    from types import SimpleNamespace
+
+    from llmbench_pytest.plugin import pytest_collection_modifyitems
+
+    def bench(file: str, cid: str, ws: int | None) -> SimpleNamespace:
+        spec = SimpleNamespace(world_size=ws) if ws else None  # None: skipped at collection
+        return SimpleNamespace(
+            nodeid=f"{file}::t[{cid}]", callspec=SimpleNamespace(params={"llmbench": spec}, id=cid)
+        )
+
+    items = [
+        bench("a.py", "ddp-ws1-x", 1), bench("a.py", "ddp-ws2-x", 2), SimpleNamespace(nodeid="c.py::plain"),
+        bench("b.py", "zero2-ws1-x", 1), bench("b.py", "nvme-ws1-x", None), bench("b.py", "zero2-ws2-x", 2),
+    ]  # fmt: skip
+    pytest_collection_modifyitems(items)
+    # one warm group per world size across the files: a.py's and b.py's ws1, then both ws2
+    assert [i.nodeid for i in items] == [
+        "a.py::t[ddp-ws1-x]", "b.py::t[zero2-ws1-x]", "c.py::plain",
+        "b.py::t[nvme-ws1-x]", "a.py::t[ddp-ws2-x]", "b.py::t[zero2-ws2-x]",
+    ]  # fmt: skip
+
+
 def test_world_sizes_run_as_groups_with_per_rank_logs(killed_rank_matrix):
     bench, result = killed_rank_matrix
     result.assert_outcomes(passed=3, failed=1, skipped=2)  # the failure: ddp-ws2's killed rank
