@@ -1,14 +1,18 @@
 """Out-of-sample check of the scale prediction (llmbench_pytest/plan/scale.py).
 
-    python tools/scale_validation.py RESULTS_DIR [--json out.json] [--markdown out.md]
+    python tools/scale_validation.py RESULTS_DIR [--target 2] [--kept other.json ...]
+        [--json out.json] [--markdown out.md]
 
-For every configuration RESULTS_DIR holds at world sizes 1 and 2: predict world size 2 from the
-1-GPU run and the link probe alone (no 2-GPU timing is used; the probe itself ran on the 2 GPUs),
-and compare with the measured 2-GPU step; the model's collective schedule is checked against what
-the 2-GPU profiled steps recorded (bus bytes per step). Then, from the 1- and 2-GPU runs together
-(the 2-GPU miss carried), the predictions at 4 and 8 GPUs of one node are written, to be checked
-when a 4- or 8-GPU host runs the same configurations. Prints a markdown table and the shares within
-5% and 10%.
+For every configuration RESULTS_DIR holds at the target world size (default 2) and at world size 1:
+predict the target from every smaller world size measured (1, or 1 and 2 for a target of 4: the
+miss at the largest one carried) and the link probe of those smaller runs alone, so that no timing
+or link figure of the target's own runs enters the prediction; then compare with the measured
+step. The model's collective schedule is checked against what the target's profiled steps recorded
+(bus bytes per step). `--kept` names a JSON this tool wrote earlier (on another host, from its 1- and
+2-GPU runs): its predictions at the target are compared with the same measured steps, so a
+prediction made before a larger host was at hand is checked too. Then, from every run up to the
+target, the predictions at the next sizes of one node (up to 8) are written for a larger host to
+check. Prints a markdown table and the shares within 5% and 10%.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -25,70 +30,139 @@ from llmbench_pytest.plan.scale import bus_bytes, predict_config, schedule
 from llmbench_pytest.plan.scale_command import group
 from llmbench_pytest.report.collect import load_results
 
+NODE = 8
+"""The GPUs of the node the predictions ahead assume (the larger hosts the issues check)."""
+
+
+def kept_predictions(paths: list[str], target: int) -> dict[str, float]:
+    """configuration -> the step time the kept validation files predicted at `target` GPUs."""
+    kept = {}
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        ahead = doc.get("predictions_ahead") or doc.get("predictions_ws4_ws8") or []
+        for c in ahead:
+            for p in c["predictions"]:
+                if p["world_size"] == target and not p.get("measured"):
+                    kept[c["configuration"]] = p["step_sec"]
+    return kept
+
+
+def validate(name: str, by_ws: dict[int, dict[str, Any]], target: int, node: Fabric) -> dict[str, Any]:
+    """One configuration's row: the target predicted from its smaller runs, against the measured."""
+    inputs = [by_ws[w] for w in sorted(by_ws) if w < target]
+    predicted = next(
+        p for p in predict_config(name, inputs, [target], node).predictions if p.world_size == target
+    )
+    run = by_ws[target]
+    measured = float(run["mean_step_time_sec"])
+    comm = run.get("communication") or {}
+    return {
+        "configuration": name,
+        "from_world_sizes": sorted(w for w in by_ws if w < target),
+        "ws1_step_sec": float(by_ws[1]["mean_step_time_sec"]),
+        "predicted_step_sec": predicted.step_sec,
+        "measured_step_sec": measured,
+        "error": predicted.step_sec / measured - 1,
+        "measured_interval": (run.get("step_time_mean_interval") or {}).get("relative"),
+        "predicted_exposed_sec": predicted.exposed_sec,
+        "measured_exposed_share": comm.get("exposed_fraction_of_step"),
+        "model_bus_bytes": bus_bytes(schedule(by_ws[1]), target),
+        "measured_bus_bytes": comm.get("bus_bytes_per_step"),
+    }
+
+
+def table(rows: list[dict[str, Any]], target: int) -> list[str]:
+    kept = any("kept_error" in r for r in rows)
+    head = f"| configuration | ws1 step s | predicted ws{target} | measured ws{target} | error |"
+    head += " kept prediction | kept error |" if kept else ""
+    lines = [head + " bytes model / measured |", "|---" * (head.count("|")) + "|"]
+    for r in rows:
+        mb = r["measured_bus_bytes"]
+        bytes_cell = f"{r['model_bus_bytes'] / 1e9:.3f} / {mb / 1e9:.3f} GB" if mb else "-"
+        line = (
+            f"| {r['configuration']} | {r['ws1_step_sec']:.4f} | {r['predicted_step_sec']:.4f} | "
+            f"{r['measured_step_sec']:.4f} | {r['error']:+.1%} |"
+        )
+        if kept:
+            line += (
+                f" {r['kept_step_sec']:.4f} | {r['kept_error']:+.1%} |" if "kept_error" in r else " - | - |"
+            )
+        lines.append(f"{line} {bytes_cell} |")
+    return lines
+
+
+def shares(rows: list[dict[str, Any]], key: str, what: str) -> str:
+    judged = [r[key] for r in rows if key in r]
+    if not judged:
+        return ""
+    within = {b: sum(abs(e) <= b for e in judged) for b in (0.05, 0.10)}
+    return (
+        f"{what}, {len(judged)} configurations: {within[0.05]} ({within[0.05] / len(judged):.0%}) within 5%, "
+        f"{within[0.10]} ({within[0.10] / len(judged):.0%}) within 10%"
+    )
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results_dir")
-    ap.add_argument("--json", help="write the table and the 4- and 8-GPU predictions here")
+    ap.add_argument("--target", type=int, default=2, help="the world size predicted and compared (default 2)")
+    ap.add_argument(
+        "--kept",
+        action="append",
+        default=[],
+        help="a JSON this tool wrote on another host: its predictions at --target are compared too",
+    )
+    ap.add_argument("--json", help="write the table and the predictions ahead here")
     ap.add_argument("--markdown", help="write the table here as well")
     args = ap.parse_args()
+    if args.target < 2:
+        ap.error("--target must be 2 or more: world size 1 is what the prediction starts from")
     runs = load_results(Path(args.results_dir)).runs
-    sweep = widest_sweep(r.data for r in runs)
+    # the link as the smaller runs measured it: the target's own probe would be in sample
+    sweep = widest_sweep(r.data for r in runs if int(r.data.get("world_size") or 1) < args.target)
     if sweep is None:
-        print("no link probe in these results (a session at world size 2 measures it)", file=sys.stderr)
+        sweep = widest_sweep(r.data for r in runs) if args.target == 2 else None
+    if sweep is None:
+        print(f"no link probe in the runs below world size {args.target}", file=sys.stderr)
         return 2
-    node = Fabric(sweep, gpus_per_node=8)
+    node = Fabric(sweep, gpus_per_node=NODE)
+    # the predictions ahead use every run up to the target, its probe too
+    widest = widest_sweep(r.data for r in runs if int(r.data.get("world_size") or 1) <= args.target)
+    node_ahead = Fabric(widest or sweep, gpus_per_node=NODE)
+    kept = kept_predictions(args.kept, args.target)
     rows, ahead = [], []
+    sizes_ahead = [n for n in (4, 8) if n > args.target and n <= NODE]
     for name, members in sorted(group(runs).items()):
-        by_ws = {int(m["world_size"]): m for m in members}
-        if 1 not in by_ws or 2 not in by_ws:
+        by_ws = {int(m["world_size"]): m for m in members if int(m["world_size"]) <= args.target}
+        if 1 not in by_ws or args.target not in by_ws:
             continue
-        predicted = next(
-            p for p in predict_config(name, [by_ws[1]], [2], node).predictions if p.world_size == 2
-        )
-        measured = float(by_ws[2]["mean_step_time_sec"])
-        comm = by_ws[2].get("communication") or {}
-        model_bytes = bus_bytes(schedule(by_ws[1]), 2)
-        rows.append(
-            {
-                "configuration": name,
-                "ws1_step_sec": float(by_ws[1]["mean_step_time_sec"]),
-                "predicted_ws2_step_sec": predicted.step_sec,
-                "measured_ws2_step_sec": measured,
-                "error": predicted.step_sec / measured - 1,
-                "measured_interval_ws2": (by_ws[2].get("step_time_mean_interval") or {}).get("relative"),
-                "predicted_exposed_sec": predicted.exposed_sec,
-                "measured_exposed_share": comm.get("exposed_fraction_of_step"),
-                "model_bus_bytes": model_bytes,
-                "measured_bus_bytes": comm.get("bus_bytes_per_step"),
-            }
-        )
-        ahead.append(predict_config(name, [by_ws[1], by_ws[2]], [4, 8], node).to_dict())
+        row = validate(name, by_ws, args.target, node)
+        if name in kept:
+            row["kept_step_sec"] = kept[name]
+            row["kept_error"] = kept[name] / row["measured_step_sec"] - 1
+        rows.append(row)
+        if sizes_ahead:
+            ahead.append(predict_config(name, list(by_ws.values()), sizes_ahead, node_ahead).to_dict())
     if not rows:
-        print("no configuration was run at both world sizes 1 and 2", file=sys.stderr)
+        print(f"no configuration was run at both world sizes 1 and {args.target}", file=sys.stderr)
         return 2
-    within = {b: sum(abs(r["error"]) <= b for r in rows) for b in (0.05, 0.10)}
-    lines = [
-        "| configuration | ws1 step s | predicted ws2 | measured ws2 | error | bytes model / measured |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        mb = r["measured_bus_bytes"]
-        bytes_cell = f"{r['model_bus_bytes'] / 1e9:.3f} / {mb / 1e9:.3f} GB" if mb else "-"
-        lines.append(
-            f"| {r['configuration']} | {r['ws1_step_sec']:.4f} | {r['predicted_ws2_step_sec']:.4f} | "
-            f"{r['measured_ws2_step_sec']:.4f} | {r['error']:+.1%} | {bytes_cell} |"
-        )
-    summary = (
-        f"{len(rows)} configurations: {within[0.05]} ({within[0.05] / len(rows):.0%}) within 5%, "
-        f"{within[0.10]} ({within[0.10] / len(rows):.0%}) within 10%"
-    )
-    table = "\n".join([*lines, "", summary])
-    print(table)
+    summary = [shares(rows, "error", f"world size {args.target} predicted here")]
+    if kept:
+        where = ", ".join(args.kept)
+        summary.append(shares(rows, "kept_error", f"world size {args.target} predicted in {where}"))
+    text = "\n".join([*table(rows, args.target), "", *(s for s in summary if s)])
+    print(text)
     if args.markdown:
-        Path(args.markdown).write_text(table + "\n")
+        Path(args.markdown).write_text(text + "\n")
     if args.json:
-        doc = {"validation_ws2_from_ws1": rows, "summary": summary, "predictions_ws4_ws8": ahead}
+        doc = {
+            "target_world_size": args.target,
+            "link_probe_world_size": sweep.get("world_size"),
+            "link_probe_world_size_ahead": (widest or sweep).get("world_size"),
+            "validation": rows,
+            "summary": summary,
+            "predictions_ahead": ahead,
+        }
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0
 

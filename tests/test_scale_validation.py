@@ -1,0 +1,76 @@
+"""tools/scale_validation.py: a larger world size predicted from the smaller runs alone, checked
+against the measured one and against a prediction kept from another host (the 4-GPU issue's check),
+on result files recorded on 4x H200 (docs/results/2026-11-27-h200x4-four-gpus)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO
+
+RUNS = REPO / "docs/results/2026-11-27-h200x4-four-gpus/runs/pretrain"
+CONFIGS = [f"bench-vm-{s}-ws{w}-seq2048" for s in ("ddp", "zero3") for w in (1, 2, 4)]
+
+
+def _validate(tmp_path, *extra):
+    out = tmp_path / "v.json"
+    subprocess.run(
+        [sys.executable, "tools/scale_validation.py", str(tmp_path / "runs"), "--target=4", f"--json={out}",
+         *extra],
+        cwd=REPO, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return json.loads(out.read_text())
+
+
+def test_world_size_4_is_predicted_without_reading_its_own_runs(tmp_path):
+    for name in CONFIGS:
+        shutil.copytree(RUNS / name, tmp_path / "runs" / f"{name}_results")
+    before = {r["configuration"]: r for r in _validate(tmp_path)["validation"]}
+    assert sorted(before) == ["ddp llama-1b seq2048 b8x1", "zero3 llama-1b seq2048 b8x1"]
+    assert all(r["from_world_sizes"] == [1, 2] for r in before.values())
+    # the 4-GPU runs' timing and link probe changed: the predictions must not move, the errors must
+    for w in ("ddp", "zero3"):
+        path = tmp_path / "runs" / f"bench-vm-{w}-ws4-seq2048_results" / "result.json"
+        doc = json.loads(path.read_text())
+        doc["mean_step_time_sec"] *= 2
+        for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+            for size in doc["link"][kind]["sizes"]:
+                size["busbw_gbps"] /= 10
+        path.write_text(json.dumps(doc))
+    kept = tmp_path / "kept.json"
+    kept.write_text(json.dumps({"predictions_ws4_ws8": [{
+        "configuration": "ddp llama-1b seq2048 b8x1",
+        "predictions": [{"world_size": 4, "step_sec": 0.3, "measured": False}],
+    }]}))  # fmt: skip
+    after = _validate(tmp_path, f"--kept={kept}")
+    rows = {r["configuration"]: r for r in after["validation"]}
+    for name, row in rows.items():
+        assert row["predicted_step_sec"] == before[name]["predicted_step_sec"]
+        assert abs(row["measured_step_sec"] - 2 * before[name]["measured_step_sec"]) < 1e-12
+        assert row["error"] < before[name]["error"] - 0.4
+    assert after["link_probe_world_size"] == 2
+    assert (
+        abs(
+            rows["ddp llama-1b seq2048 b8x1"]["kept_error"]
+            - (0.3 / rows["ddp llama-1b seq2048 b8x1"]["measured_step_sec"] - 1)
+        )
+        < 1e-12
+    )
+    assert "kept_error" not in rows["zero3 llama-1b seq2048 b8x1"]
+    assert any("predicted in" in s for s in after["summary"])
+    # the predictions ahead: world size 8 from the runs up to 4, whose probe they may use
+    assert after["link_probe_world_size_ahead"] == 4
+    eight = [p for c in after["predictions_ahead"] for p in c["predictions"] if p["world_size"] == 8]
+    assert len(eight) == 2 and all(not p["measured"] for p in eight)
+
+
+def test_a_target_without_runs_below_it_is_refused(tmp_path):
+    shutil.copytree(RUNS / "bench-vm-ddp-ws4-seq2048", tmp_path / "runs" / "bench-vm-ddp-ws4-seq2048_results")
+    done = subprocess.run(
+        [sys.executable, "tools/scale_validation.py", str(tmp_path / "runs"), "--target=4"],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "no link probe in the runs below world size 4" in done.stderr
