@@ -139,6 +139,19 @@ def test_a_measured_larger_world_size_anchors_the_prediction_and_a_big_miss_is_f
     assert anchored[2].measured and anchored[4].assumed == ["link busbw measured at 2 GPUs holds for 4"]
 
 
+def test_a_prediction_from_steps_known_only_loosely_is_flagged_with_their_precision():
+    loose = {**RUN, "step_time_mean_interval": {"relative": 0.078}}
+    two = {**RUN, "world_size": 2, "mean_step_time_sec": 0.30, "step_time_mean_interval": {"relative": 0.096}}
+    flags = predict_config("zero2", [loose, two], [4], NODE).flags
+    assert any("known only to +-7.8% at 1 GPU, +-9.6% at 2 GPUs" in f for f in flags)
+    # one loose run is named alone; steps known to 5% or better, or with no interval, raise nothing
+    tight = {**two, "step_time_mean_interval": {"relative": 0.02}}
+    flags = predict_config("zero2", [loose, tight], [4], NODE).flags
+    assert any("known only to +-7.8% at 1 GPU (" in f for f in flags)
+    exact = {**RUN, "step_time_mean_interval": {"relative": 0.05}}
+    assert not any("known only" in f for f in predict_config("zero2", [exact, tight], [4], NODE).flags)
+
+
 @pytest.mark.xdist_group(FIRST_RUN)
 def test_a_cpu_session_at_one_and_two_ranks_gives_a_prediction(first_run, tmp_path):  # noqa: F811
     bench, _ = first_run
