@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import FEW_STEPS
 
 
@@ -33,3 +35,25 @@ def test_forked_and_new_ranks_train_alike_and_say_how_they_started(bench, monkey
     # the same seed, data and arithmetic: a fork computes what a new process does, step for step
     fork, new = ([*run["warmup_losses"], *run["losses"]] for run in (got["fork"], got["exec"]))
     assert fork == new
+
+
+def test_a_ranks_error_file_cut_short_is_reported_as_its_exit_and_not_fatal_to_the_agent(tmp_path):
+    # a rank SIGKILLed while it wrote its error file leaves it cut short; torch's own record of the
+    # failure raised on it (the agent ended with exit code 70 instead of naming the rank)
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    from llmbench_pytest.worker.agent import _Failure
+
+    cut = tmp_path / "cut.json"
+    cut.write_text('{"message": {"message": "RuntimeErr')
+    with pytest.raises(ValueError):  # if torch ever reads it, _Failure is needless
+        ProcessFailure(local_rank=1, pid=1, exitcode=-9, error_file=str(cut))
+    failure = _Failure(local_rank=1, pid=1, exitcode=-9, error_file=str(cut))
+    assert failure.signal_name() == "SIGKILL" and "Signal 9 (SIGKILL)" in failure.message
+    assert not cut.exists()
+    # a whole error file is still read as torch reads it
+    whole = tmp_path / "whole.json"
+    record = {"message": {"message": "RuntimeError: boom", "extraInfo": {"timestamp": "1"}}}
+    whole.write_text(json.dumps(record))
+    read = _Failure(local_rank=0, pid=2, exitcode=1, error_file=str(whole))
+    assert "RuntimeError: boom" in str(read.message) and whole.exists()

@@ -25,6 +25,7 @@ import uuid
 from typing import Any
 
 import torch.distributed.elastic.multiprocessing as elastic_mp
+import torch.distributed.elastic.multiprocessing.api as elastic_api
 from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure, record
 from torch.distributed.launcher.api import elastic_launch
@@ -50,13 +51,29 @@ class _EveryFailure(MultiprocessContext):
         if result is not None and result.failures and self._pc is not None:
             for local_rank, proc in enumerate(self._pc.processes):
                 if local_rank not in result.failures and proc.exitcode not in (0, None):
-                    result.failures[local_rank] = ProcessFailure(
+                    result.failures[local_rank] = _Failure(
                         local_rank=local_rank,
                         pid=proc.pid,
                         exitcode=proc.exitcode,
                         error_file=self.error_files[local_rank],
                     )
         return result
+
+
+class _Failure(ProcessFailure):
+    """torch's record of a failed rank, which reads the rank's error file: a rank stopped while it
+    wrote that file (the SIGKILL that follows the agent's SIGTERM) leaves it empty or cut short, and
+    torch's record raises on it, which ended the agent with exit code 70 instead of reporting the
+    rank. A record is made only of a rank that has ended, so no one writes the file any more: a cut
+    one is removed and the failure reads as its exit code or signal, as a rank that wrote none (the
+    launcher's diagnosis reads the rank's log, not this file)."""
+
+    def __post_init__(self) -> None:
+        try:
+            super().__post_init__()
+        except ValueError:  # json's decode error
+            os.remove(self.error_file)
+            super().__post_init__()
 
 
 def _rank(agent_pid: int, handlers: dict[int, Any], *argv: str) -> None:
@@ -89,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     config, _, _ = config_from_args(args)
     config.start_method = "fork"
     elastic_mp.MultiprocessContext = _EveryFailure  # what start_processes builds for a function
+    elastic_api.ProcessFailure = _Failure  # what that context's poll builds for a failed rank
     import_once(RANK_IMPORTS)
     handlers = {sig: signal.getsignal(sig) for sig in _HANDLED}  # before the agent installs its own
     elastic_launch(config=config, entrypoint=_rank)(os.getpid(), handlers, *args.training_script_args)
