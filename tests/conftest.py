@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,15 @@ os.environ.setdefault(
 # fresh HOME per test would hide them from each other, so the whole session and its children
 # share one directory (keyed by the code and the libraries: a change traces again)
 os.environ.setdefault("LLMBENCH_CACHE_DIR", os.path.join(tempfile.gettempdir(), "llmbench-tests-cache"))
+# Python's default: the first process that imports a module leaves its bytecode for the next.
+# Where PYTHONDONTWRITEBYTECODE is set (the VM the suite is timed on sets it), every process the suite
+# starts compiled llmbench_pytest's modules again, and pytest rewrote their asserts again (it
+# rewrites the plugin's whole package): every forked session (the fork server drops the plugin's
+# modules so that pytest imports them itself), every rank under torchrun, every tool. Bytecode
+# goes where Python puts it by default, __pycache__ folders, which git ignores. Set before the
+# workers and this worker's fork server start (both take this environment).
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 # scikit-learn sets KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK when it is imported (sklearn/__init__.py),
 # and transformers' generation utilities import it where it is installed (the GPU host's image has
 # it; found with an audit hook on os.putenv, 1x H100, 2026-11-26): whichever test first built a model
@@ -191,6 +201,25 @@ process), and what an agent and its ranks import. Not the plugins pytest loads f
 (xdist, pytest-benchmark, llmbench): pytest rewrites their asserts when it imports them, and the
 server's children drop those that came in anyway (anyio, through transformers)."""
 
+RANK_RELAY = Path(__file__).with_name("_torchrun_rank.py")
+"""What torchrun starts as each rank of the tests' in-rank sessions, where sessions are forked: a
+stand-in for `python -m pytest` that has the worker's fork server fork it (see torchrun())."""
+RANK_SERVER = "LLMBENCH_TEST_RANK_SERVER"  # the relay's name for it
+RANK_THREADS = "llmbench_test_rank_threads"
+RANK_THREADS_PLUGIN = '''"""A forked torchrun rank's torch threads (tests/_torchrun_rank.py), from
+OMP_NUM_THREADS as a new interpreter reads them when torch loads. PYTEST_DONT_REWRITE: imported
+by the fork server, before pytest runs."""
+import os
+
+
+def pytest_configure(config):
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        import torch
+
+        torch.set_num_threads(int(threads))
+'''
+
 _STARTING_ENV = dict(os.environ)
 """This worker's environment before any test changed it: the server's, whichever test starts it."""
 
@@ -204,13 +233,28 @@ def _forks() -> forkserver.Client | None:
         return None
     folder = Path(tempfile.mkdtemp(prefix="llmbench-forks-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return forkserver.Client.start(folder, PRELOAD, env=_STARTING_ENV)
+    # the server's working directory is first on its path: the plugin a forked torchrun rank
+    # loads (tests/_torchrun_rank.py) is imported there once, and its forks find it imported
+    (folder / f"{RANK_THREADS}.py").write_text(RANK_THREADS_PLUGIN)
+    return forkserver.Client.start(folder, [*PRELOAD, RANK_THREADS], env=_STARTING_ENV)
 
 
-def _run_forked(args: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path, timeout: float) -> int:
-    """`python -m pytest ARGS` forked, its exit status; raises forkserver.Refused where a fork
-    would not be a new process, subprocess.TimeoutExpired after killing it past `timeout`."""
-    child = _forks().spawn("pytest", args, cwd, {**env, forkserver.ENV: _forks().path}, out, err)
+def _run_forked(
+    args: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    out: Path,
+    err: Path,
+    timeout: float,
+    module: str = "pytest",
+) -> int:
+    """`python -m MODULE ARGS` forked, its exit status; raises forkserver.Refused where a fork
+    would not be a new process, subprocess.TimeoutExpired after killing it past `timeout`. A pytest
+    session is given this worker's server to fork its CPU agents from; torchrun's agent is not
+    (its ranks get exactly the environment they would get from a new torchrun)."""
+    if module == "pytest":
+        env = {**env, forkserver.ENV: _forks().path}
+    child = _forks().spawn(module, args, cwd, env, out, err)
     try:
         return child.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -307,6 +351,24 @@ class SharedBench:
         (self.path / "last-run.log").write_text("\n".join([*lines, *errors]) + "\n")
         return pytest.RunResult(ret, lines, errors, took)
 
+    def torchrun(
+        self, nproc: int, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+    ) -> pytest.RunResult:
+        """`torchrun --standalone --nproc_per_node=N -m pytest ARGS` here (with ENV), its agent and
+        ranks forked as torchrun() forks them."""
+        argv = ["--standalone", f"--nproc_per_node={nproc}", "-m", "pytest", *args]
+        if _forks() is not None:
+            with tempfile.TemporaryDirectory(prefix="llmbench-torchrun-") as tmp:
+                out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+                started = time.monotonic()
+                with contextlib.suppress(forkserver.Refused):
+                    forked, forked_env = _ranks_forked(argv, {**self.env, **(env or {})})
+                    ret = _run_forked(forked, self.path, forked_env, out, err, timeout, module=TORCHRUN[2])
+                    lines, errors = (p.read_text(errors="replace").splitlines() for p in (out, err))
+                    (self.path / "last-run.log").write_text("\n".join([*lines, *errors]) + "\n")
+                    return pytest.RunResult(ret, lines, errors, time.monotonic() - started)
+        return self.run(*TORCHRUN, *argv, timeout=timeout, env=env)
+
 
 @pytest.fixture(scope="session")
 def shared_bench(tmp_path_factory: pytest.TempPathFactory):
@@ -323,23 +385,72 @@ def trained_once(
     """`pytest ARGS` in the shared directory NAME, run once per test process for every test marked
     xdist_group(NAME), whichever file it is in (a session-scoped fixture defined in one test module
     and imported by another runs once per module)."""
+    return ran_once(shared_bench, name, lambda bench: bench.runpytest_subprocess(*args, env=env))
+
+
+def ran_once(
+    shared_bench, name: str, run: Callable[[SharedBench], pytest.RunResult]
+) -> tuple[SharedBench, pytest.RunResult]:
+    """RUN in the shared directory NAME, once per test process (see trained_once)."""
     if name not in _TRAINED:
         bench = shared_bench(name)
-        _TRAINED[name] = (bench, bench.runpytest_subprocess(*args, env=env))
+        _TRAINED[name] = (bench, run(bench))
     return _TRAINED[name]
+
+
+def _ranks_forked(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """torchrun's ARGV and ENV with its ranks' `-m pytest` started as forks of this worker's
+    server (tests/_torchrun_rank.py: a rank that imported pytest, torch, transformers and DeepSpeed
+    anew cost 4.6 CPU-seconds on the CI machine); unchanged where sessions are not forked."""
+    if _forks() is None:
+        return argv, env
+    at = argv.index("-m")
+    assert argv[at + 1] == "pytest", argv
+    return [*argv[:at], str(RANK_RELAY), *argv[at + 2 :]], {**env, RANK_SERVER: _forks().path}
 
 
 def torchrun(pytester, nproc: int, *args: str, timeout: float = 600) -> pytest.RunResult:
     """`torchrun --nproc_per_node=N -m pytest ARGS` in the pytester (or shared) directory."""
-    return pytester.run(
-        *TORCHRUN,
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        "pytest",
-        *args,
-        timeout=timeout,
-    )
+    argv = ["--standalone", f"--nproc_per_node={nproc}", "-m", "pytest", *args]
+    if _forks() is None or not isinstance(pytester, pytest.Pytester):
+        return pytester.run(*TORCHRUN, *argv, timeout=timeout)
+    # torchrun's agent forked (it imports torch, 1.7 CPU-seconds on the CI machine, for nothing
+    # it computes), and its ranks (_ranks_forked). What pytester.run gives it: the working
+    # directory first on PYTHONPATH, stdin closed, stdout and stderr into pytester's files
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
+    forked, env = _ranks_forked(argv, env)
+    out, err = pytester.path / "stdout", pytester.path / "stderr"
+    started = time.monotonic()
+    try:
+        ret = _run_forked(forked, Path.cwd(), env, out, err, timeout, module=TORCHRUN[2])
+    except forkserver.Refused:
+        return pytester.run(*TORCHRUN, *argv, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise pytester.TimeoutExpired(f"{timeout} second timeout expired running: torchrun {argv}") from exc
+    lines = [p.read_text(errors="replace").splitlines() for p in (out, err)]
+    for line in lines[0]:
+        print(line)
+    for line in lines[1]:
+        print(line, file=sys.stderr)
+    return pytest.RunResult(ret, *lines, time.monotonic() - started)
+
+
+def start_torchrun(
+    argv: list[str], cwd: Path, log: Path, fork_ranks: bool = True
+) -> subprocess.Popen | forkserver.Forked:
+    """`torchrun ARGV` started in CWD with this process's environment, both its streams (and its
+    ranks') appended to LOG: torchrun's agent, and unless FORK_RANKS is false its ranks, forked as
+    torchrun() forks them, else new processes. What it returns has pid, poll, wait and returncode."""
+    log.write_bytes(b"")
+    env = dict(os.environ)
+    if fork_ranks:
+        argv, env = _ranks_forked(argv, env)
+    if _forks() is not None:
+        with contextlib.suppress(forkserver.Refused):
+            return _forks().spawn(TORCHRUN[2], argv, cwd, env, log, log, append=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen([*TORCHRUN, *argv], cwd=cwd, env=env, stdout=out, stderr=out)
 
 
 # --- a shuffled, replayable order (what pytest-randomly does, without entering the user's

@@ -139,6 +139,11 @@ def _env(tmp: os.PathLike[str]) -> dict[str, str]:
     return env
 
 
+REFUSALS = "plan_refusals"
+"""The tests that read `refusals`: one worker runs them, so its interpreter starts once (a
+module-scoped fixture is set up once per pytest-xdist worker that runs one of its tests)."""
+
+
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory):
     """{case: its result}: the torch-free cases first (so torch in sys.modules is theirs), then the
@@ -171,6 +176,7 @@ def _one_line_refusal(result: dict, line: str) -> None:
     assert result["out"] == ""
 
 
+@pytest.mark.xdist_group(REFUSALS)
 @pytest.mark.parametrize(("args", "line"), REFUSED, ids=[" ".join(a)[:60] for a, _ in REFUSED])
 def test_bad_input_is_refused_at_once_in_one_line(refusals, args, line):
     _, results = refusals
@@ -180,6 +186,7 @@ def test_bad_input_is_refused_at_once_in_one_line(refusals, args, line):
     assert not result["torch"] and not result["transformers"], "refused only after importing torch"
 
 
+@pytest.mark.xdist_group(REFUSALS)
 @pytest.mark.parametrize(
     ("name", "extra", "line"), REFUSED_CONFIGS, ids=[n + "".join(e) for n, e, _ in REFUSED_CONFIGS]
 )

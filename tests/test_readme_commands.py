@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHILD_UNSET, FEW_STEPS, REPO, RUNS, TORCH_EXTENSIONS_DIR, TORCHRUN, trained_once
+from conftest import CHILD_UNSET, FEW_STEPS, REPO, RUNS, TORCH_EXTENSIONS_DIR, start_torchrun, trained_once
 from llmbench_pytest import readme
 from llmbench_pytest.analysis.significance import MIN_STEPS
 from llmbench_pytest.config.spec import DEFAULT_STRATEGIES
@@ -343,9 +343,10 @@ def test_sessions_of_one_world_size_each_give_scaling_in_one_report(bench):
         argv = command[1:]
         for old, new in (subs or {}).items():  # $HEAD:29500 and the like, inside an argument
             argv = [a.replace(old, new) for a in argv]
-        # output to a file, not a pipe: a node's full pipe would stall the rendezvous of both
-        with open(bench.path / log, "w") as out:
-            return subprocess.Popen([*TORCHRUN, *argv, *CPU_SIZE], cwd=bench.path, stdout=out, stderr=out)
+        # output to a file, not a pipe: a node's full pipe would stall the rendezvous of both. The
+        # ranks are what the line starts, new `python -m pytest` processes: the other in-rank tests
+        # fork theirs (conftest.torchrun), and these keep a user's way of starting them tested
+        return start_torchrun([*argv, *CPU_SIZE], bench.path, bench.path / log, fork_ranks=False)
 
     def finish(agents: list[subprocess.Popen], logs: list[str]) -> list[str]:
         codes = [a.wait(timeout=300) for a in agents]

@@ -8,9 +8,10 @@ import json
 import socket
 import subprocess
 
+import pytest
 import yaml
 
-from conftest import FEW_STEPS, REPO, RUNS, TORCHRUN, torchrun
+from conftest import FEW_STEPS, REPO, RUNS, SharedBench, ran_once, start_torchrun, torchrun
 from llmbench_pytest.config.spec import DEFAULT_STRATEGIES
 
 
@@ -76,15 +77,47 @@ def test_session_goes_on():
 """
 
 
-def test_ranks_agree_on_every_outcome(bench):
-    bench.makepyfile(test_agree=AGREEMENT)
-    result = torchrun(bench, 2, "test_agree.py", "-rA", "-p", "no:cacheprovider", timeout=180)
+IN_RANK = "in_rank_session"
+
+
+def in_rank_session(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
+    """One in-rank session of two ranks, run once per test process for the tests marked
+    xdist_group(IN_RANK), here and in test_zero1_overlap_census.py (one torchrun group and its
+    ranks' start-up instead of two): ZeRO-1 and a ZeRO-2 run at stage 1, with overlap_comm on
+    (that file's conftest), then AGREEMENT's tests, whose outcomes differ between the ranks."""
+    from test_zero1_overlap_census import OVERLAP_ON
+
+    def run(bench: SharedBench) -> pytest.RunResult:
+        (bench.path / "conftest.py").write_text(OVERLAP_ON)  # each rank is a pytest process that loads it
+        (bench.path / "test_agree.py").write_text(AGREEMENT)
+        args = [
+            "benchmarks/test_pretrain.py",
+            "test_agree.py",
+            *FEW_STEPS,
+            "--llmbench-strategies=zero1,zero2",
+        ]
+        return bench.torchrun(
+            2, *args, "-rA", "-p", "no:cacheprovider", env={"LLMBENCH_INJECT_FAULT": "zero2:stage=1"}
+        )
+
+    return ran_once(shared_bench, IN_RANK, run)
+
+
+@pytest.fixture
+def in_rank(shared_bench) -> tuple[SharedBench, pytest.RunResult]:
+    return in_rank_session(shared_bench)
+
+
+@pytest.mark.xdist_group(IN_RANK)
+def test_ranks_agree_on_every_outcome(in_rank):
+    _, result = in_rank
     result.stdout.fnmatch_lines(
         [
             "*PASSED test_agree.py::test_session_goes_on*",
             "SKIPPED * rank 1 skipped: rank 1 has no thing",
             "*FAILED test_agree.py::test_fails_on_rank_1_only*",
-            "*1 failed, 1 passed, 1 skipped*",
+            # AGREEMENT's one failure, pass and skip; zero1's pass and zero2's failure (its check)
+            "*2 failed, 2 passed, 1 skipped*",
         ]
     )
     result.stdout.fnmatch_lines(["*rank 1 failed in call (rank 0 did not)*", "*rank 1 is broken*"])
@@ -115,31 +148,25 @@ def _free_port() -> int:
 def test_two_nodes_through_torchruns_own_rendezvous(bench):
     """Two torchrun agents on one machine stand in for two nodes (c10d rendezvous, gloo)."""
     port = _free_port()
-    agents = [
-        subprocess.Popen(
-            [
-                *TORCHRUN,
-                "--nnodes=2",
-                "--nproc_per_node=1",
-                "--rdzv-backend=c10d",
-                f"--rdzv-endpoint=127.0.0.1:{port}",
-                "--rdzv-id=llmbench-two-nodes",
-                "-m",
-                "pytest",
-                "benchmarks",
-                "--llmbench-strategies=ddp,zero3",
-                *FEW_STEPS,
-                "-p",
-                "no:cacheprovider",
-            ],
-            cwd=bench.path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for _ in range(2)
+    argv = [
+        "--nnodes=2",
+        "--nproc_per_node=1",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-id=llmbench-two-nodes",
+        "-m",
+        "pytest",
+        "benchmarks",
+        "--llmbench-strategies=ddp,zero3",
+        *FEW_STEPS,
+        "-p",
+        "no:cacheprovider",
     ]
-    outputs = [a.communicate(timeout=400)[0].decode() for a in agents]
-    assert [a.returncode for a in agents] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    logs = [bench.path / f"node{n}.log" for n in range(2)]
+    agents = [start_torchrun(argv, bench.path, log) for log in logs]
+    codes = [a.wait(timeout=400) for a in agents]
+    outputs = [log.read_text(errors="replace") for log in logs]
+    assert codes == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     files = list(bench.path.glob(f"{RUNS}/*_results/result.json"))
     assert len(files) == 2  # global rank 0 alone wrote
     for path in files:

@@ -10,7 +10,10 @@ that prediction, as it does on GPUs: a zero1 that passes, and a zero2 run at sta
 
 import json
 
-from conftest import FEW_STEPS, RUNS, torchrun
+import pytest
+from test_torchrun import IN_RANK, in_rank_session
+
+from conftest import RUNS
 from llmbench_pytest.analysis.memory_model import InFlight, held_until_epilogue_bytes
 from llmbench_pytest.checks.memory import MODEL_STATE_TOLERANCE
 
@@ -30,12 +33,16 @@ deepspeed_zero.build_config = _overlapping
 """
 
 
-def test_zero1_with_overlap_comm_holds_its_large_gradients_outside_its_partition(bench, monkeypatch):
-    bench.makeconftest(OVERLAP_ON)  # in-rank mode: each rank is a pytest process that loads it
-    monkeypatch.setenv("LLMBENCH_INJECT_FAULT", "zero2:stage=1")
-    result = torchrun(
-        bench, 2, "benchmarks/test_pretrain.py", *FEW_STEPS, "--llmbench-strategies=zero1,zero2", "-rA"
-    )
+@pytest.fixture
+def in_rank(shared_bench):
+    """test_torchrun's in-rank session: zero1 and zero2 (at stage 1) with OVERLAP_ON, then its
+    agreement tests, in one torchrun group."""
+    return in_rank_session(shared_bench)
+
+
+@pytest.mark.xdist_group(IN_RANK)
+def test_zero1_with_overlap_comm_holds_its_large_gradients_outside_its_partition(in_rank):
+    bench, result = in_rank
     result.stdout.fnmatch_lines(
         [
             "*- model_states: zero2: model states per rank at world size 2: * GB measured (census at the "
