@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import _torchrun_rank
 import pytest
 
 from llmbench_pytest.config.ranks import RANK_IMPORTS
@@ -201,11 +202,9 @@ process), and what an agent and its ranks import. Not the plugins pytest loads f
 (xdist, pytest-benchmark, llmbench): pytest rewrites their asserts when it imports them, and the
 server's children drop those that came in anyway (anyio, through transformers)."""
 
-RANK_RELAY = Path(__file__).with_name("_torchrun_rank.py")
+RANK_RELAY = Path(_torchrun_rank.__file__)
 """What torchrun starts as each rank of the tests' in-rank sessions, where sessions are forked: a
 stand-in for `python -m pytest` that has the worker's fork server fork it (see torchrun())."""
-RANK_SERVER = "LLMBENCH_TEST_RANK_SERVER"  # the relay's name for it
-RANK_THREADS = "llmbench_test_rank_threads"
 RANK_THREADS_PLUGIN = '''"""A forked torchrun rank's torch threads (tests/_torchrun_rank.py), from
 OMP_NUM_THREADS as a new interpreter reads them when torch loads. PYTEST_DONT_REWRITE: imported
 by the fork server, before pytest runs."""
@@ -235,8 +234,8 @@ def _forks() -> forkserver.Client | None:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     # the server's working directory is first on its path: the plugin a forked torchrun rank
     # loads (tests/_torchrun_rank.py) is imported there once, and its forks find it imported
-    (folder / f"{RANK_THREADS}.py").write_text(RANK_THREADS_PLUGIN)
-    return forkserver.Client.start(folder, [*PRELOAD, RANK_THREADS], env=_STARTING_ENV)
+    (folder / f"{_torchrun_rank.THREADS}.py").write_text(RANK_THREADS_PLUGIN)
+    return forkserver.Client.start(folder, [*PRELOAD, _torchrun_rank.THREADS], env=_STARTING_ENV)
 
 
 def _run_forked(
@@ -359,14 +358,13 @@ class SharedBench:
         argv = ["--standalone", f"--nproc_per_node={nproc}", "-m", "pytest", *args]
         if _forks() is not None:
             with tempfile.TemporaryDirectory(prefix="llmbench-torchrun-") as tmp:
-                out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-                started = time.monotonic()
                 with contextlib.suppress(forkserver.Refused):
-                    forked, forked_env = _ranks_forked(argv, {**self.env, **(env or {})})
-                    ret = _run_forked(forked, self.path, forked_env, out, err, timeout, module=TORCHRUN[2])
-                    lines, errors = (p.read_text(errors="replace").splitlines() for p in (out, err))
-                    (self.path / "last-run.log").write_text("\n".join([*lines, *errors]) + "\n")
-                    return pytest.RunResult(ret, lines, errors, time.monotonic() - started)
+                    result = _torchrun_forked(
+                        argv, self.path, {**self.env, **(env or {})}, Path(tmp), timeout
+                    )
+                    lines = [*result.outlines, *result.errlines]
+                    (self.path / "last-run.log").write_text("\n".join(lines) + "\n")
+                    return result
         return self.run(*TORCHRUN, *argv, timeout=timeout, env=env)
 
 
@@ -406,7 +404,7 @@ def _ranks_forked(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict
         return argv, env
     at = argv.index("-m")
     assert argv[at + 1] == "pytest", argv
-    return [*argv[:at], str(RANK_RELAY), *argv[at + 2 :]], {**env, RANK_SERVER: _forks().path}
+    return [*argv[:at], str(RANK_RELAY), *argv[at + 2 :]], {**env, _torchrun_rank.SERVER: _forks().path}
 
 
 def torchrun(pytester, nproc: int, *args: str, timeout: float = 600) -> pytest.RunResult:
@@ -419,21 +417,31 @@ def torchrun(pytester, nproc: int, *args: str, timeout: float = 600) -> pytest.R
     # directory first on PYTHONPATH, stdin closed, stdout and stderr into pytester's files
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
-    forked, env = _ranks_forked(argv, env)
-    out, err = pytester.path / "stdout", pytester.path / "stderr"
-    started = time.monotonic()
     try:
-        ret = _run_forked(forked, Path.cwd(), env, out, err, timeout, module=TORCHRUN[2])
+        result = _torchrun_forked(argv, Path.cwd(), env, pytester.path, timeout)
     except forkserver.Refused:
         return pytester.run(*TORCHRUN, *argv, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         raise pytester.TimeoutExpired(f"{timeout} second timeout expired running: torchrun {argv}") from exc
-    lines = [p.read_text(errors="replace").splitlines() for p in (out, err)]
-    for line in lines[0]:
+    for line in result.outlines:
         print(line)
-    for line in lines[1]:
+    for line in result.errlines:
         print(line, file=sys.stderr)
-    return pytest.RunResult(ret, *lines, time.monotonic() - started)
+    return result
+
+
+def _torchrun_forked(
+    argv: list[str], cwd: Path, env: dict[str, str], into: Path, timeout: float
+) -> pytest.RunResult:
+    """`torchrun ARGV` in CWD with ENV, its agent and ranks forked (_ranks_forked), its streams
+    written to INTO/stdout and INTO/stderr and read back; raises forkserver.Refused where the
+    server will not fork, subprocess.TimeoutExpired after killing it past TIMEOUT."""
+    forked, env = _ranks_forked(argv, env)
+    out, err = into / "stdout", into / "stderr"
+    started = time.monotonic()
+    ret = _run_forked(forked, cwd, env, out, err, timeout, module=TORCHRUN[2])
+    lines, errors = (p.read_text(errors="replace").splitlines() for p in (out, err))
+    return pytest.RunResult(ret, lines, errors, time.monotonic() - started)
 
 
 def start_torchrun(
