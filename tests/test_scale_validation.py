@@ -15,11 +15,11 @@ RUNS = REPO / "docs/results/2026-11-27-h200x4-four-gpus/runs/pretrain"
 CONFIGS = [f"bench-vm-{s}-ws{w}-seq2048" for s in ("ddp", "zero3") for w in (1, 2, 4)]
 
 
-def _validate(tmp_path, *extra):
+def _validate(tmp_path, *extra, target=4):
     out = tmp_path / "v.json"
     subprocess.run(
-        [sys.executable, "tools/scale_validation.py", str(tmp_path / "runs"), "--target=4", f"--json={out}",
-         *extra],
+        [sys.executable, "tools/scale_validation.py", str(tmp_path / "runs"), f"--target={target}",
+         f"--json={out}", *extra],
         cwd=REPO, check=True, capture_output=True, text=True,
     )  # fmt: skip
     return json.loads(out.read_text())
@@ -31,6 +31,9 @@ def test_world_size_4_is_predicted_without_reading_its_own_runs(tmp_path):
     before = {r["configuration"]: r for r in _validate(tmp_path)["validation"]}
     assert sorted(before) == ["ddp llama-1b seq2048 b8x1", "zero3 llama-1b seq2048 b8x1"]
     assert all(r["from_world_sizes"] == [1, 2] for r in before.values())
+    # a target of 2 takes the 2-GPU probe (its 1-GPU runs have none), not the larger runs' 4-GPU one
+    two = _validate(tmp_path, target=2)
+    assert two["link_probe_world_size"] == 2 and two["link_probe_world_size_ahead"] == 2
     # the 4-GPU runs' timing and link probe changed: the predictions must not move, the errors must
     for w in ("ddp", "zero3"):
         path = tmp_path / "runs" / f"bench-vm-{w}-ws4-seq2048_results" / "result.json"

@@ -49,16 +49,18 @@ def kept_predictions(paths: list[str], target: int) -> dict[str, float]:
 
 def validate(name: str, by_ws: dict[int, dict[str, Any]], target: int, node: Fabric) -> dict[str, Any]:
     """One configuration's row: the target predicted from its smaller runs, against the measured."""
-    inputs = [by_ws[w] for w in sorted(by_ws) if w < target]
+    sizes = [w for w in sorted(by_ws) if w < target]
     predicted = next(
-        p for p in predict_config(name, inputs, [target], node).predictions if p.world_size == target
+        p
+        for p in predict_config(name, [by_ws[w] for w in sizes], [target], node).predictions
+        if p.world_size == target
     )
     run = by_ws[target]
     measured = float(run["mean_step_time_sec"])
     comm = run.get("communication") or {}
     return {
         "configuration": name,
-        "from_world_sizes": sorted(w for w in by_ws if w < target),
+        "from_world_sizes": sizes,
         "ws1_step_sec": float(by_ws[1]["mean_step_time_sec"]),
         "predicted_step_sec": predicted.step_sec,
         "measured_step_sec": measured,
@@ -118,17 +120,18 @@ def main() -> int:
     if args.target < 2:
         ap.error("--target must be 2 or more: world size 1 is what the prediction starts from")
     runs = load_results(Path(args.results_dir)).runs
-    # the link as the smaller runs measured it: the target's own probe would be in sample
-    sweep = widest_sweep(r.data for r in runs if int(r.data.get("world_size") or 1) < args.target)
-    if sweep is None:
-        sweep = widest_sweep(r.data for r in runs) if args.target == 2 else None
+    # the link as the smaller runs measured it: the target's own probe would be in sample, except at
+    # 2, whose 1-GPU runs have none (the probe needs two ranks); the predictions ahead use every
+    # run up to the target, its probe too
+    up_to = [r.data for r in runs if int(r.data.get("world_size") or 1) <= args.target]
+    widest = widest_sweep(up_to)
+    below = widest_sweep(d for d in up_to if int(d.get("world_size") or 1) < args.target)
+    sweep = widest if args.target == 2 and below is None else below
     if sweep is None:
         print(f"no link probe in the runs below world size {args.target}", file=sys.stderr)
         return 2
     node = Fabric(sweep, gpus_per_node=NODE)
-    # the predictions ahead use every run up to the target, its probe too
-    widest = widest_sweep(r.data for r in runs if int(r.data.get("world_size") or 1) <= args.target)
-    node_ahead = Fabric(widest or sweep, gpus_per_node=NODE)
+    node_ahead = Fabric(widest, gpus_per_node=NODE)
     kept = kept_predictions(args.kept, args.target)
     rows, ahead = [], []
     sizes_ahead = [n for n in (4, 8) if n > args.target and n <= NODE]
@@ -158,7 +161,7 @@ def main() -> int:
         doc = {
             "target_world_size": args.target,
             "link_probe_world_size": sweep.get("world_size"),
-            "link_probe_world_size_ahead": (widest or sweep).get("world_size"),
+            "link_probe_world_size_ahead": widest.get("world_size"),
             "validation": rows,
             "summary": summary,
             "predictions_ahead": ahead,
