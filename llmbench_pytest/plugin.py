@@ -374,15 +374,48 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("llmbench", params, indirect=True)
 
 
-def pytest_collection_modifyitems(items: list[Any]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[Any]) -> None:
     """World size first across the benchmark files too, as each benchmark already orders its own
     (launch/matrix.py): the launcher keeps one warm group of ranks per world size, so
     `pytest benchmarks/` then starts one group per world size instead of one per file and world size
-    (on 2 GPUs 2 fresh starts instead of 8). Other tests keep their places; ties keep collection order."""
+    (on 2 GPUs 2 fresh starts instead of 8). Where a world size runs configurations side by side
+    (session/side_by_side.py), those that must run alone come last in it, together: the lanes'
+    ranks then leave once, not before each of them. Other tests keep their places; ties keep
+    collection order."""
+    alone_last = _alone_last(config)
+
+    def key(item: Any) -> tuple[int, int]:
+        size = _world_size_of(item) or 0
+        spec = item.callspec.params["llmbench"]
+        return size, int(alone_last(spec)) if spec is not None else 0
+
     slots = [i for i, item in enumerate(items) if _world_size_of(item) is not None]
-    ordered = sorted((items[i] for i in slots), key=_world_size_of)
+    ordered = sorted((items[i] for i in slots), key=key)
     for i, item in zip(slots, ordered, strict=True):
         items[i] = item
+
+
+def _alone_last(config: pytest.Config) -> Any:
+    """A spec -> whether it runs alone at a world size that has lanes (always False off lanes)."""
+    s = config.stash.get(SESSION_KEY, None)
+    if s is None or s.mode != "launcher" or s.options.side_by_side == "no":
+        return lambda spec: False
+    if xdist.is_worker(config) or xdist.is_controller(config):
+        return lambda spec: False
+    from .launch.lanes import alone_reason, lane_count
+
+    try:
+        hw = s.hardware()
+    except SpecError:
+        return lambda spec: False
+
+    def alone(spec: Any) -> bool:
+        size = getattr(spec, "world_size", None)
+        if size is None or alone_reason(spec) is None:
+            return False
+        return lane_count(size, hw.device, hw.gpu_count, s.options.side_by_side) > 1
+
+    return alone
 
 
 def _world_size_of(item: Any) -> int | None:
@@ -428,12 +461,60 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             check_collection(s, [item.nodeid for item in session.items])
         except SpecError as exc:  # e.g. more ranks on this node than GPUs
             raise pytest.UsageError(str(exc)) from None
-    plan = progress.build_plan(session.items, s.options.repeat)
+    _side_by_side(session, s)
+    at_once = s.side_by_side.at_once if s.side_by_side is not None else None
+    plan = progress.build_plan(session.items, s.options.repeat, at_once)
     worker = xdist.is_worker(session.config)
     if worker:
         session.config.stash[_SHIPPED_KEY]["plan"] = plan
     writer = s.env.is_writer and not worker  # a worker's terminal is nobody's: the controller shows
     s.progress = progress.for_session(session.config, plan, writer, in_rank=s.mode != "launcher")
+
+
+def _side_by_side(session: pytest.Session, s: LlmbenchSession) -> None:
+    """The session's lanes (session/side_by_side.py), where configurations will share the node: in
+    launcher mode, one run per configuration and no batch search, not under pytest-xdist (whose
+    workers already divide the node), and only where a world size leaves two lanes or more."""
+    config = session.config
+    opts = s.options
+    if (
+        s.mode != "launcher"
+        or config.option.collectonly
+        or xdist.is_controller(config)
+        or xdist.is_worker(config)
+    ):
+        return
+    if opts.side_by_side == "no" or opts.repeat != 1 or opts.find_batch or s.refusal:
+        return
+    plan = [
+        (item.nodeid, spec)
+        for item in session.items
+        if "llmbench" in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("skip") is None
+        and (spec := getattr(getattr(item, "callspec", None), "params", {}).get("llmbench")) is not None
+    ]
+    if not plan:
+        return
+    from .config.host_share import usable_cores
+    from .launch.launcher import RankPool
+    from .session.fixture import prepare_run
+    from .session.side_by_side import SideBySide
+
+    hw = s.hardware()
+    side = SideBySide(
+        plan,
+        opts.side_by_side,
+        hw.device,
+        hardware.visible_gpus(hw.gpu_count) if hw.device == "cuda" else [],
+        usable_cores(),
+        new_pool=lambda env: RankPool(s.results_dir, isolate=opts.isolate, lane_env=env),
+        prepare=lambda nodeid, spec: prepare_run(s, nodeid, spec),
+        free_node=s.free_node,
+        timeout_s=opts.timeout,
+        repo_dir=str(config.rootpath),
+    )
+    if sum(side.takes(spec) for _, spec in plan) >= 2:
+        s.side_by_side = side
 
 
 def _selected_specs(session: pytest.Session) -> list[Any]:
@@ -505,8 +586,12 @@ def _look_at_gpus(session: pytest.Session, s: LlmbenchSession) -> None:
     hw = s.hardware()
     if s.mode == "in-rank":
         ids = preflight.visible_gpus(hw.gpu_count, s.env.local_rank)  # this rank's own GPU
-    else:  # launcher groups use the first world-size GPUs; in-process, the first
-        ids = preflight.visible_gpus(min(hw.gpu_count, max(sizes) if s.mode == "launcher" else 1), None)
+    else:  # launcher groups use the first world-size GPUs, or every lane's; in-process, the first
+        from .launch.lanes import lane_count
+
+        setting = s.options.side_by_side
+        used = max(n * lane_count(n, hw.device, hw.gpu_count, setting) for n in sizes)
+        ids = preflight.visible_gpus(min(hw.gpu_count, used if s.mode == "launcher" else 1), None)
     siblings = s.env.under_torchrun or xdist.is_worker(config)  # the job's other ranks, or workers
     reporter = config.pluginmanager.get_plugin("terminalreporter")
 
@@ -589,6 +674,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     s.progress.close()
     s.interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    from .session.fixture import settle_ahead
+
+    settle_ahead(s)  # configurations run ahead of tests pytest never reached
     s.let_ranks_go()  # not once interrupted: shutdown then ends the ranks at once
     if s.ops_build is not None:
         s.summary_lines.extend(s.ops_build.finish(interrupted=s.interrupted))

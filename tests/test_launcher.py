@@ -88,7 +88,7 @@ def test_benchmarks_of_every_file_run_world_size_first_together_and_other_tests_
         bench("a.py", "ddp-ws1-x", 1), bench("a.py", "ddp-ws2-x", 2), SimpleNamespace(nodeid="c.py::plain"),
         bench("b.py", "zero2-ws1-x", 1), bench("b.py", "nvme-ws1-x", None), bench("b.py", "zero2-ws2-x", 2),
     ]  # fmt: skip
-    pytest_collection_modifyitems(items)
+    pytest_collection_modifyitems(SimpleNamespace(stash={}), items)
     # one warm group per world size across the files: a.py's and b.py's ws1, then both ws2
     assert [i.nodeid for i in items] == [
         "a.py::t[ddp-ws1-x]", "b.py::t[zero2-ws1-x]", "c.py::plain",

@@ -292,7 +292,7 @@ def test_result_records_the_axes_and_labels_fp8_mfu():
         "not a bf16 result"
     )
     assert fp8["mfu_vs_fp8_peak"] == pytest.approx(fp8["mfu"] * 989.4 / 1978.9)
-    assert list(fp8).index("fused_loss") == list(fp8).index("node_shared") + 1  # right after _what_ran
+    assert list(fp8).index("fused_loss") == list(fp8).index("side_by_side") + 1  # right after _what_ran
 
 
 def test_report_shows_what_each_technique_buys(tmp_path):

@@ -6,10 +6,11 @@ Reads tools/time_to_answer.py's JSON of sessions run at world sizes 1 and 2 (eac
 measured time from its test's start to its end: ranks, setup, warm-up, window, teardown) and plans
 the same suite on a node of G GPUs, at world sizes 1, 2, 4, ... up to G, two ways:
 
-- *one at a time* (how `pytest benchmarks/` runs today): every configuration in turn, each world
+- *one at a time* (`--llmbench-side-by-side=no`): every configuration in turn, each world
   size's one group of ranks kept warm, the other GPUs idle;
-- *side by side*: at world size w, G / w configurations at once on disjoint GPUs (each with its
-  own warm group of ranks), except those that load the host (CPU offload, NVMe), which run alone;
+- *side by side* (what `pytest benchmarks/` does since --llmbench-side-by-side): at world size w,
+  G / w configurations at once on disjoint GPUs (each with its own warm group of ranks), except those
+  that load the host (CPU offload, NVMe, data from disk), which run alone;
   each world size's configurations packed longest first onto the lanes.
 
 A world size the sessions did not run takes its configuration's figure at the largest world size
@@ -30,8 +31,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HOST_HEAVY = ("_offload", "_nvme")
-"""Strategies that load the host's cores, memory bandwidth and PCIe: never beside another."""
+HOST_HEAVY = ("_offload", "_nvme", "-disk")
+"""Configurations that load what a lane does not divide (the host's memory and PCIe, the drive):
+never beside another, as launch/lanes.alone_reason has it (CPU and NVMe offload, data from disk)."""
 
 
 def configurations(paths: list[Path]) -> dict[tuple[str, int], float]:

@@ -77,6 +77,12 @@ def _machine() -> dict[str, Any]:
     }
 
 
+def _lane(side: dict[str, Any] | None) -> int | None:
+    if not side:
+        return None
+    return int(side["lane"]) if side.get("lane") else 0
+
+
 def _row(data: dict[str, Any]) -> dict[str, Any]:
     """One configuration's time, from its result.json."""
     timing = data.get("timing") or {}
@@ -103,6 +109,9 @@ def _row(data: dict[str, Any]) -> dict[str, Any]:
         "name": f"{data.get('strategy')}-ws{data.get('world_size')}",
         "status": data.get("status"),
         "ranks": launch.get("ranks"),
+        # side by side: its lane (1, 2, ...), 0 where it had the node to itself among lanes, None
+        # where the session had no lanes at its world size
+        "lane": _lane(data.get("side_by_side")),
         "total": total,
         **parts,
         "other": total - known if total is not None else None,
@@ -245,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": _machine(),
         "results_dir": str(results_dir),
         "rows": rows,
+        "side_by_side": sum(1 for r in rows if r.get("lane")),
         "fresh_starts": sum(1 for r in rows if r["ranks"] == "fresh"),
         "restarts": restarts(rows),
     }
@@ -254,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         f"({figures['measuring_share']:.0%} of the wall time); pytest exit code {code}; "
         f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after"
     )
+    if figures["side_by_side"]:
+        print(
+            f"{figures['side_by_side']} configurations trained side by side on lanes: their windows "
+            "overlap, so the measured share is summed over lanes and may pass 100%"
+        )
     if figures["restarts"]:
         print(
             f"fresh ranks {figures['fresh_starts']} times; caused by the run before: "

@@ -73,7 +73,8 @@ _share: Hardware | None = None
 """This process's slice of the node, once share_node has claimed it (an xdist worker)."""
 
 
-def _visible_gpus(count: int) -> list[str]:
+def visible_gpus(count: int) -> list[str]:
+    """The first `count` GPUs as CUDA_VISIBLE_DEVICES names them (indices where it is unset)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [v.strip() for v in visible.split(",") if v.strip()][:count]
@@ -89,7 +90,7 @@ def share_node(worker: str, workers: int, preference: str = "auto") -> Hardware:
     digits = worker.removeprefix("gw")
     index = int(digits) % workers if digits.isdigit() else 0
     if node.device == "cuda":
-        ids = _visible_gpus(node.gpu_count)
+        ids = visible_gpus(node.gpu_count)
     else:
         ids = [str(c) for c in sorted(os.sched_getaffinity(0))]
     per = len(ids) // workers

@@ -46,14 +46,17 @@ def slice_for(cores: list[int], ranks: int, local_rank: int) -> list[int]:
     return cores[local_rank * per : (local_rank + 1) * per]
 
 
-def group_env(environ: dict[str, str], ranks_on_node: int, device: str) -> dict[str, str]:
+def group_env(
+    environ: dict[str, str], ranks_on_node: int, device: str, cores: list[int] | None = None
+) -> dict[str, str]:
     """What the launcher adds to a group's environment: each GPU rank's thread count and the cores
-    its ranks divide, unless the user chose OMP_NUM_THREADS (then only the policy's name)."""
+    its ranks divide (`cores`, else all this process may use), unless the user chose
+    OMP_NUM_THREADS (then only the policy's name)."""
     if "OMP_NUM_THREADS" in environ:
         return {POLICY_ENV: "user"}
     if device != "cuda":
         return {}
-    cores = usable_cores()
+    cores = cores or usable_cores()
     threads = max(1, len(cores) // max(1, ranks_on_node))
     return {
         "OMP_NUM_THREADS": str(threads),
@@ -94,14 +97,14 @@ def describe(
         "policy": policy,
         "threads": threads,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "cores": _ranges(cores) if cores else None,
+        "cores": ranges(cores) if cores else None,
         "core_count": len(cores) if cores else None,
         "ranks_on_node": ranks_on_node,
         "note": note,
     }
 
 
-def _ranges(cores: list[int]) -> str:
+def ranges(cores: list[int]) -> str:
     """[0, 1, 2, 5] -> '0-2,5'."""
     out: list[str] = []
     start = prev = cores[0]

@@ -174,6 +174,17 @@ def _model(raw: Any) -> str:
     return value  # resolved (and refused if unknown) once, in the matrix, with the full message
 
 
+def _lanes(raw: Any) -> str:
+    """auto, no, or a positive whole number (kept as text)."""
+    value = str(raw).strip().lower()
+    if value in ("auto", "no"):
+        return value
+    try:
+        return str(_positive_int(value))
+    except SpecError:
+        raise SpecError(f"must be auto, no or a whole number of lanes (1 or more); got {raw!r}") from None
+
+
 def _bool(raw: Any) -> bool:
     if isinstance(raw, bool):
         return raw
@@ -299,6 +310,16 @@ SETTINGS: tuple[Setting, ...] = (
         "size warm from one configuration to the next (launcher mode).",
         _bool,
         flag=True,
+    ),
+    Setting(
+        "side_by_side",
+        "on a node with more GPUs than a world size needs, train several configurations of that world "
+        "size at once, each on its own GPUs and its own share of the host's cores (launcher mode): auto, "
+        "as many as the GPUs allow (default); no, one at a time; N, at most N at once. CPU offload, "
+        "NVMe offload and data from disk always run alone; result.json's side_by_side says how each "
+        "run shared the node.",
+        _lanes,
+        "auto|no|N",
     ),
     Setting(
         "dtype",
@@ -608,6 +629,7 @@ class SessionOptions:
     max_steps: int | None = None
     window_budget: float | None = None
     isolate: bool = False
+    side_by_side: str = "auto"
     dtype: str = "auto"
     grad_ckpt: bool = False
     run_unfit: bool = False

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -77,8 +78,17 @@ def agent_module(device: str) -> str:
     return "torch.distributed.run"
 
 
-@functools.cache
+_server_lock = threading.Lock()
+
+
 def _agent_server() -> forkserver.Client:
+    """The server CPU agents are forked from (one per process: lanes' threads ask at once)."""
+    with _server_lock:
+        return _the_agent_server()
+
+
+@functools.cache
+def _the_agent_server() -> forkserver.Client:
     """Where CPU agents are forked from: the server LLMBENCH_FORKSERVER names (one a harness shares
     among its sessions: the plugin's tests do), else one of this process's own, started at its
     first CPU group; later groups then import nothing."""
@@ -118,7 +128,14 @@ class RankGroup:
     """A started torchrun group of `world_size` ranks on `device`, collectives timing out after
     `timeout_s`: the key under which the launcher may give it another configuration."""
 
-    def __init__(self, world_size: int, device: str, timeout_s: float, root: Path) -> None:
+    def __init__(
+        self,
+        world_size: int,
+        device: str,
+        timeout_s: float,
+        root: Path,
+        lane_env: dict[str, str] | None = None,
+    ) -> None:
         self.key = (world_size, device, timeout_s)
         self.world_size = world_size
         root.mkdir(parents=True, exist_ok=True)
@@ -129,8 +146,11 @@ class RankGroup:
         self.leaving = False
         """A "stop" job was posted: the ranks are on their way out."""
         self.started = time.monotonic()
-        # each GPU rank's share of the host's cores and threads (config/host_share.py)
-        share = host_share.group_env(dict(os.environ), world_size, device)
+        # each GPU rank's share of the host's cores and threads (config/host_share.py), or of its
+        # lane's, with the lane's GPUs (launch/lanes.py)
+        share = (
+            lane_env if lane_env is not None else host_share.group_env(dict(os.environ), world_size, device)
+        )
         env = {**os.environ, LAUNCHER_PID_ENV: str(os.getpid()), **share}
         forked = None
         if agent_module(device) == AGENT_MODULE:

@@ -85,9 +85,13 @@ class Launch:
 class RankPool:
     """The session's torchrun groups: at most one alive, reused while configurations match it."""
 
-    def __init__(self, results_dir: Path, isolate: bool = False) -> None:
+    def __init__(
+        self, results_dir: Path, isolate: bool = False, lane_env: dict[str, str] | None = None
+    ) -> None:
         self.root = results_dir / GROUPS_DIR
         self.isolate = isolate
+        self.lane_env = lane_env
+        """A lane's GPUs and cores (launch/lanes.py), for every group this pool starts."""
         self.group: RankGroup | None = None
         self.served = 0
         """Configurations the current group has taken."""
@@ -137,7 +141,7 @@ class RankPool:
             launch.timings["ranks"] = "warm"
             return group
         self.close()
-        self.group = RankGroup(*key, root=self.root)
+        self.group = RankGroup(*key, root=self.root, lane_env=self.lane_env)
         self.served = 0
         launch.timings["ranks"] = "fresh"
         return self.group

@@ -77,6 +77,7 @@ def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:
             else f"> {compiled} of {n} runs used torch.compile, the others ran eagerly; a configuration run "
             "both ways is averaged as if repeated (the `compile` column of metrics.csv tells them apart).",
         ]
+    out += _shared_node(collection.runs)
     if collection.any_cpu:
         cpu = sum(r.is_cpu for r in collection.runs)
         out += [
@@ -84,6 +85,32 @@ def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:
             f"> **{CPU_NOTE}** ({cpu} of {n} runs ran on CPU; their memory is host RSS, not GPU memory.)",
         ]
     return out
+
+
+def _shared_node(runs: Sequence[Run]) -> list[str]:
+    """Which runs shared the node while they trained: side by side on lanes (each on its own GPUs
+    and cores) or under pytest-xdist, and which ran alone where others could have shared."""
+    lanes = [r for r in runs if (r.data.get("side_by_side") or {}).get("lanes")]
+    alone = [r for r in runs if (r.data.get("side_by_side") or {}).get("alone")]
+    xdist = [r for r in runs if r.data.get("node_shared")]
+    if not (lanes or xdist):
+        return []
+    out = [""]
+    if lanes:
+        most = max(int(r.data["side_by_side"]["lanes"]) for r in lanes)
+        out.append(
+            f"> {len(lanes)} of {len(runs)} runs trained side by side, up to {most} at once, each on its own "
+            "GPUs and share of the host's cores (result.json's `side_by_side` names the runs beside each)"
+            + (f"; {len(alone)} had the node to itself ({_reasons(alone)})." if alone else ".")
+        )
+    if xdist:
+        out.append(f"> {len(xdist)} runs ran in pytest-xdist workers that shared the node (`node_shared`).")
+    return out
+
+
+def _reasons(runs: Sequence[Run]) -> str:
+    reasons = sorted({str(r.data["side_by_side"]["alone"]).split(":")[0] for r in runs})
+    return ", ".join(reasons)
 
 
 def _trade(rec: Recommendation) -> str:

@@ -150,6 +150,9 @@ def _what_ran(spec: RunSpec, m: Measurement, device: str, meta: dict[str, Any]) 
         "ranks_per_node": meta.get("ranks_per_node", spec.world_size),
         # pytest-xdist: which worker ran it, how many shared the node, which devices it owned
         "node_shared": meta.get("node_shared"),
+        # lanes: the GPUs and cores it had, and the configurations that trained beside it; or why
+        # it had the node to itself (session/side_by_side.py)
+        "side_by_side": meta.get("side_by_side"),
     }
 
 

@@ -73,6 +73,9 @@ class Planned:
     group: str
     """Configurations whose measured cost teaches about each other's: the strategy's name."""
     expected_s: float
+    at_once: int = 1
+    """How many configurations train at once while this one does (its world size's lanes,
+    session/side_by_side.py): its time counts that much less towards the session's."""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -80,11 +83,18 @@ class Planned:
             "label": self.label,
             "group": self.group,
             "expected_s": self.expected_s,
+            "at_once": self.at_once,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> Planned:
-        return cls(str(data["nodeid"]), str(data["label"]), str(data["group"]), float(data["expected_s"]))  # type: ignore[arg-type]
+        return cls(
+            str(data["nodeid"]),
+            str(data["label"]),
+            str(data["group"]),
+            float(data["expected_s"]),  # type: ignore[arg-type]
+            int(data.get("at_once", 1)),  # type: ignore[call-overload]
+        )
 
 
 @dataclass
@@ -96,6 +106,8 @@ class Eta:
     """nodeid -> when it started (monotonic seconds)."""
     finished: dict[str, float | None] = field(default_factory=dict)
     """nodeid -> its wall time, or None when it ended without teaching anything (skipped, stopped)."""
+    walls: dict[str, float | None] = field(default_factory=dict)
+    """nodeid -> its wall time, learnt from or not."""
 
     def start(self, nodeid: str, now: float) -> int:
         """Mark it started; returns its place k among the started ones (1-based)."""
@@ -107,11 +119,19 @@ class Eta:
         return list(self.started).index(nodeid) + 1 if nodeid in self.started else None
 
     def finish(self, nodeid: str, now: float, learn: bool = True) -> float | None:
-        """Mark it finished; returns its wall time, learnt from only when `learn`."""
+        """Mark it finished; returns its wall time, learnt from only when `learn`. The first
+        finish counts: a configuration that ran on a lane ended before its test reported it."""
+        if nodeid in self.walls:
+            return self.walls[nodeid]
         began = self.started.get(nodeid)
         wall = now - began if began is not None else None
+        self.walls[nodeid] = wall
         self.finished[nodeid] = wall if learn else None
         return wall
+
+    def running(self) -> int:
+        """Configurations started and not finished."""
+        return sum(1 for n in self.started if n not in self.finished)
 
     def _scale(self, group: str) -> float:
         """Measured over guessed seconds of the finished ones, same group first."""
@@ -127,7 +147,8 @@ class Eta:
         return 1.0
 
     def remaining_s(self, now: float, workers: int = 1) -> float:
-        """Seconds until every planned configuration has finished, with `workers` running at once."""
+        """Seconds until every planned configuration has finished, with `workers` running at once
+        (pytest-xdist), each configuration's time shared with those that run beside it (lanes)."""
         total, longest = 0.0, 0.0
         for nodeid, planned in self.plan.items():
             if nodeid in self.finished:
@@ -136,7 +157,7 @@ class Eta:
             if nodeid in self.started:
                 left = max(left - (now - self.started[nodeid]), 0.0)
                 longest = max(longest, left)
-            total += left
+            total += left / max(planned.at_once, 1)
         return max(total / max(workers, 1), longest)
 
     def done_fraction(self, now: float) -> float:

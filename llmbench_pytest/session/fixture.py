@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from ..config.spec import RunSpec
     from ..results.measurement import Measurement
+    from .side_by_side import SideBySide
     from .state import LlmbenchSession
 
 log = logging.getLogger("llmbench")
@@ -76,19 +77,7 @@ class LlmbenchFixture:
         return self.session.env.is_writer
 
     def _meta(self) -> dict[str, Any]:
-        env, mode = self.session.env, self.session.mode
-        return {
-            "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-            "test": self.request.node.nodeid,
-            "started_at": now_iso(),
-            "session": self.session.session_id,
-            "mode": mode,
-            "nodes": env.nnodes if mode == "in-rank" else 1,
-            "ranks_per_node": env.local_world_size if mode == "in-rank" else self.spec.world_size,
-            "config": {"session": self.session.options.to_dict()},
-            "price": self.session.options.price,
-            "node_shared": self.session.node_shared(),
-        }
+        return run_meta(self.session, self.request.node.nodeid, self.spec)
 
     def _measure(
         self,
@@ -130,30 +119,51 @@ class LlmbenchFixture:
 
     def _run_once(self, index: int, count: int, spec: RunSpec | None = None) -> RunResult:
         spec = spec or self.spec
-        meta = self._meta()
-        meta["repeat"] = {"index": index, "count": count}
-        paths = None
-        if self.writer:
-            paths = claim_run_paths(self.session.run_dir, spec)
-            self.session.result_paths.append(paths.result)
-            running = placeholder(spec, "running", meta)
-            # who will finish it: a report tells a run in progress from one a killed session left
-            running["metadata"]["session"] = liveness.this_session()
-            write_json_atomic(paths.result, running)
-        log.info("%s (run %d of %d): %s", self.request.node.nodeid, index, count, spec.to_dict())
+        nodeid = self.request.node.nodeid
+        side = self.session.side_by_side
+        if side is not None and side.takes(spec):
+            paths, meta, measure = self._on_lane(side, nodeid, spec)
+        else:
+            if side is not None:
+                side.clear(self.session.progress)  # this one has the node to itself
+            paths, meta = prepare_run(self.session, nodeid, spec, index, count)
+
+            def measure() -> Measurement:
+                return self._measure(paths, meta, spec, self.session.progress.on_progress)
+
+        if side is not None:
+            meta["side_by_side"] = side.record(nodeid, spec)
+        log.info("%s (run %d of %d): %s", nodeid, index, count, spec.to_dict())
         try:
-            measurement = self._measure(paths, meta, spec, self.session.progress.on_progress)
+            measurement = measure()
         except BaseException as exc:  # Ctrl-C or SIGTERM: leave a truthful record, then stop
             if paths is not None:
                 meta["finished_at"] = now_iso()
                 status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "error"
                 write_json_atomic(paths.result, placeholder(spec, status, meta, error=repr(exc)))
             raise
-        meta["finished_at"] = now_iso()
+        meta.setdefault("finished_at", now_iso())
         data = build_result(spec, measurement, meta, self.session.options.peak_tflops)
         if paths is not None:
             write_json_atomic(paths.result, data)
         return RunResult(data, paths)
+
+    def _on_lane(
+        self, side: SideBySide, nodeid: str, spec: RunSpec
+    ) -> tuple[RunPaths | None, dict[str, Any], Callable[[], Measurement]]:
+        """This configuration on a lane of the node (session/side_by_side.py): it may have run
+        already, ahead of its test; its paths and metadata were made when it started."""
+        job = side.measure(nodeid, spec, self.session.progress)
+        job.meta["launch"] = job.launch.timings
+        job.meta["finished_at"] = job.ended_at or now_iso()
+
+        def measured() -> Measurement:
+            if job.error is not None:
+                raise job.error
+            assert job.measurement is not None
+            return job.measurement
+
+        return job.paths, job.meta, measured
 
     def train(self) -> RunResult:
         """Train this test's configuration (--llmbench-repeat times); record it; fail if a run failed."""
@@ -368,6 +378,65 @@ class LlmbenchFixture:
                 "validation failed:\n" + "\n".join(f"- {o.name}: {o.message}" for o in failed)
             )
         return outcomes
+
+
+def run_meta(session: LlmbenchSession, nodeid: str, spec: RunSpec) -> dict[str, Any]:
+    """The session's facts a run's result.json carries (metadata), as the run starts."""
+    env, mode = session.env, session.mode
+    return {
+        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+        "test": nodeid,
+        "started_at": now_iso(),
+        "session": session.session_id,
+        "mode": mode,
+        "nodes": env.nnodes if mode == "in-rank" else 1,
+        "ranks_per_node": env.local_world_size if mode == "in-rank" else spec.world_size,
+        "config": {"session": session.options.to_dict()},
+        "price": session.options.price,
+        "node_shared": session.node_shared(),
+    }
+
+
+def prepare_run(
+    session: LlmbenchSession, nodeid: str, spec: RunSpec, index: int = 1, count: int = 1
+) -> tuple[RunPaths | None, dict[str, Any]]:
+    """A run's metadata, and on the writer its claimed paths with a result.json that says it is
+    running (who will finish it: a report tells a run in progress from one a killed session left)."""
+    meta = run_meta(session, nodeid, spec)
+    meta["repeat"] = {"index": index, "count": count}
+    paths = None
+    if session.env.is_writer:
+        paths = claim_run_paths(session.run_dir, spec)
+        session.result_paths.append(paths.result)
+        running = placeholder(spec, "running", meta)
+        running["metadata"]["session"] = liveness.this_session()
+        write_json_atomic(paths.result, running)
+    return paths, meta
+
+
+def settle_ahead(session: LlmbenchSession) -> None:
+    """At the session's end: configurations that ran on a lane ahead of a test pytest never reached
+    (-x, an interrupt) keep a truthful result.json: what they measured, without checks, or
+    interrupted where they were still running."""
+    side = session.side_by_side
+    if side is None:
+        return
+    left = side.unconsumed()
+    running = [job for job in left if not job.done.is_set()]
+    if running:
+        side.close(graceful=False)
+    for job in left:
+        if job.paths is None:
+            continue
+        job.meta["finished_at"] = job.ended_at or now_iso()
+        job.meta["launch"] = job.launch.timings
+        job.meta["side_by_side"] = side.record(job.nodeid, job.spec)
+        if job.measurement is not None and job not in running:
+            data = build_result(job.spec, job.measurement, job.meta, session.options.peak_tflops)
+        else:
+            why = "the session stopped before this configuration's test ran"
+            data = placeholder(job.spec, "interrupted", job.meta, error=why)
+        write_json_atomic(job.paths.result, data)
 
 
 def _path(result: RunResult) -> str | None:

@@ -25,6 +25,8 @@ from .eta import Eta, Planned, expected_seconds
 from .screen import Lines, Live, live_possible
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pytest
 
     from ..config.spec import RunSpec
@@ -56,6 +58,12 @@ class Quiet:
     def config_started(self, nodeid: str, spec: RunSpec) -> None:
         pass
 
+    def config_began(self, nodeid: str, spec: RunSpec | None, worker: str | None = None) -> int:
+        return 0
+
+    def config_ended(self, nodeid: str, ok: bool, at: float | None = None) -> None:
+        pass
+
     def on_progress(self, event: dict[str, Any]) -> None:
         pass
 
@@ -69,14 +77,18 @@ class Quiet:
         pass
 
 
-def build_plan(items: list[pytest.Item], repeats: int = 1) -> list[Planned]:
-    """The configurations that will train, in order: every selected llmbench item not skipped."""
+def build_plan(
+    items: list[pytest.Item], repeats: int = 1, at_once: Callable[[RunSpec], int] | None = None
+) -> list[Planned]:
+    """The configurations that will train, in order: every selected llmbench item not skipped;
+    `at_once` says how many train at once with each (session/side_by_side.py)."""
     plan = []
     for item in items:
         spec = getattr(getattr(item, "callspec", None), "params", {}).get("llmbench")
         if spec is None or item.get_closest_marker("skip") is not None:
             continue
-        plan.append(Planned(item.nodeid, item.name, spec.name, expected_seconds(spec, repeats)))
+        together = at_once(spec) if at_once is not None else 1
+        plan.append(Planned(item.nodeid, item.name, spec.name, expected_seconds(spec, repeats), together))
     return plan
 
 
@@ -136,26 +148,45 @@ class Progress:
     def _eta_text(self) -> str:
         return "ETA " + duration(self.eta.remaining_s(time.monotonic(), self.workers))
 
+    def _beside_text(self) -> str:
+        running = self.eta.running()
+        return f"{running} training at once · " if running > 1 else ""
+
     def _label(self, nodeid: str) -> str:
         planned = self.eta.plan.get(nodeid)
         return planned.label if planned else nodeid.rsplit("::", 1)[-1]
 
-    def config_started(self, nodeid: str, spec: RunSpec | None, worker: str | None = None) -> None:
+    def config_began(self, nodeid: str, spec: RunSpec | None, worker: str | None = None) -> int:
+        """A configuration started training, maybe on a lane ahead of its test (the live region
+        keeps showing the one pytest waits for); returns its k. Told once: a later call for the
+        same configuration changes nothing."""
+        if nodeid in self.eta.started:
+            return self.eta.place(nodeid) or 0
         if nodeid not in self.eta.plan and spec is not None:
             self.eta.plan[nodeid] = Planned(
                 nodeid, nodeid.rsplit("::", 1)[-1], spec.name, expected_seconds(spec)
             )
         k = self.eta.start(nodeid, time.monotonic())
-        self.current = {"nodeid": nodeid, "k": k, "event": {}, "worker": worker}
-        if hasattr(self.screen, "show"):
-            self._draw(force=True)
-        elif not self.quiet:
+        if not hasattr(self.screen, "show") and not self.quiet:
             who = f"{worker} " if worker else ""
             elapsed = duration(time.monotonic() - self.session_start)
             self.screen.line(
                 f"llmbench {self._counts(k)} {who}{self._label(nodeid)} started · {elapsed} elapsed · "
                 f"{self._eta_text()}"
             )
+        return k
+
+    def config_started(self, nodeid: str, spec: RunSpec | None, worker: str | None = None) -> None:
+        """pytest's test for this configuration began: the live region shows it."""
+        k = self.config_began(nodeid, spec, worker)
+        self.current = {"nodeid": nodeid, "k": k, "event": {}, "worker": worker}
+        if hasattr(self.screen, "show"):
+            self._draw(force=True)
+
+    def config_ended(self, nodeid: str, ok: bool, at: float | None = None) -> None:
+        """A configuration on a lane ended (at `at`, monotonic): the ETA learns its own wall time,
+        not the time until pytest's test reports it."""
+        self.eta.finish(nodeid, at if at is not None else time.monotonic(), learn=ok)
 
     def on_progress(self, event: dict[str, Any]) -> None:
         if not self.current or not hasattr(self.screen, "show"):
@@ -219,6 +250,7 @@ class Progress:
             ProgressBar(total=1.0, completed=self.eta.done_fraction(now), width=30),
             Text(
                 f"configuration {self.current.get('k')} of {len(self.eta.plan)} · "
+                f"{self._beside_text()}"
                 f"{duration(now - self.session_start)} elapsed · {self._eta_text()}"
             ),
         )

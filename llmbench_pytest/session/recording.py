@@ -43,6 +43,7 @@ EXTRA_KEYS = (
     # copy only with --benchmark-save-data)
     "step_times_sec",
     "node_shared",
+    "side_by_side",
     # the technique axes: the gate keys a saved run's configurations by them (report/records.py)
     "fused_loss",
     "fp8",

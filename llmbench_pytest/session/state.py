@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..worker.dist import DistContext
     from .ops_ahead import AheadBuild
     from .progress import Progress
+    from .side_by_side import SideBySide
     from .trace_ahead import AheadTrace
 
 
@@ -77,6 +78,8 @@ class LlmbenchSession:
         """DeepSpeed ops building beside the first configurations (session/ops_ahead.py)."""
         self.trace_ahead: AheadTrace | None = None
         """Peak-prediction traces made while the first ranks start (session/trace_ahead.py)."""
+        self.side_by_side: SideBySide | None = None
+        """The lanes that run configurations side by side (session/side_by_side.py), if any."""
         self.refusal: str | None = None
         """Why no benchmark may train in this pytest-xdist worker (another process holds its GPUs:
         plugin._look_at_gpus); each fails at once with it."""
@@ -129,6 +132,11 @@ class LlmbenchSession:
             self._ranks = RankPool(self.results_dir, isolate=self.options.isolate)
         return self._ranks
 
+    def free_node(self) -> None:
+        """The session's own group leaves (lanes take the GPUs next)."""
+        if self._ranks is not None:
+            self._ranks.close()
+
     @property
     def dist_started(self) -> bool:
         return self._ctx is not None
@@ -136,13 +144,19 @@ class LlmbenchSession:
     def let_ranks_go(self) -> None:
         """The session ran its last configuration: warm ranks start leaving while the report and
         the summary are written (`shutdown` waits for them)."""
-        if self._ranks is not None and not self.interrupted:
+        if self.interrupted:
+            return
+        if self._ranks is not None:
             self._ranks.let_go()
+        if self.side_by_side is not None:
+            self.side_by_side.let_go()
 
     def shutdown(self) -> None:
         """Leave together: torchrun kills the other ranks as soon as one exits with an error,
         so no rank may exit before rank 0 has saved and printed everything. In launcher mode, the
         warm ranks are asked to leave (an interrupted session ends them at once)."""
+        if self.side_by_side is not None:
+            self.side_by_side.close(graceful=not self.interrupted)
         if self._ranks is not None:
             self._ranks.close(graceful=not self.interrupted)
             self._ranks = None

@@ -1,0 +1,208 @@
+"""Side by side: configurations of one world size train at once on disjoint GPUs (lanes), those
+that lean on what a lane does not divide run alone, and every run says how it shared the node."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import FEW_STEPS, RUNS, saved_results, trained_once
+from llmbench_pytest.config import host_share
+from llmbench_pytest.config.hardware import Hardware
+from llmbench_pytest.config.spec import RunSpec
+from llmbench_pytest.launch.lanes import Lane, alone_reason, lane_count, lanes
+from llmbench_pytest.session.eta import Eta, Planned
+from llmbench_pytest.session.progress import Progress
+
+LANES = "side_by_side_session"
+KILLED_FIRST = "side_by_side_stopped"
+
+
+def spec(**changes) -> RunSpec:
+    base = RunSpec(
+        strategy="ddp", model="llama-tiny", seq_len=128, per_device_batch=2, steps=10, warmup=2, dtype="fp32"
+    )
+    return base.replace(**changes)
+
+
+@pytest.mark.parametrize(
+    ("world_size", "device", "gpus", "setting", "count"),
+    [
+        (1, "cuda", 2, "auto", 2),  # a 2-GPU node: two world-size-1 configurations at once
+        (2, "cuda", 2, "auto", 1),  # world size 2 takes the node
+        (2, "cuda", 4, "auto", 2),
+        (1, "cuda", 8, "3", 3),  # at most what the user allows
+        (4, "cuda", 8, "3", 2),  # and never more than the GPUs
+        (1, "cuda", 8, "no", 1),
+        (1, "cpu", 0, "auto", 1),  # a CPU's ranks compute on the host: one at a time unless asked
+        (1, "cpu", 0, "2", 2),
+    ],
+)
+def test_lanes_per_world_size(world_size, device, gpus, setting, count):
+    assert lane_count(world_size, device, gpus, setting) == count
+
+
+def test_each_lane_has_its_own_gpus_and_its_ranks_share_of_the_cores():
+    two = lanes(1, 2, ["0", "1"], list(range(32)))
+    assert [(la.gpus, la.cores) for la in two] == [(("0",), tuple(range(16))), (("1",), tuple(range(16, 32)))]
+    # world size 2 on 4 of the GPUs the user made visible: each rank 16 of the 64 cores, as 4 ranks of
+    # one configuration would have them
+    pairs = lanes(2, 2, ["4", "5", "6", "7"], list(range(64)))
+    assert [la.gpus for la in pairs] == [("4", "5"), ("6", "7")]
+    assert pairs[1].cores == tuple(range(32, 64))
+    env = pairs[1].env({}, "cuda")
+    assert env["CUDA_VISIBLE_DEVICES"] == "6,7" and env["OMP_NUM_THREADS"] == "16"
+    assert env[host_share.BIND_ENV] == ",".join(str(c) for c in range(32, 64))
+    # the user's own thread count is kept; the GPUs are still the lane's
+    assert pairs[0].env({"OMP_NUM_THREADS": "4"}, "cuda") == {
+        host_share.POLICY_ENV: "user",
+        "CUDA_VISIBLE_DEVICES": "4,5",
+    }
+    assert pairs[1].to_dict() == {"lane": 2, "lanes": 2, "gpus": ["6", "7"], "cores": "32-63"}
+    # a CPU lane is not bound: its ranks are the host's compute
+    assert lanes(1, 2, [], list(range(2)))[0] == Lane(0, 2, 1, (), ())
+
+
+def test_what_loads_the_host_runs_alone():
+    assert alone_reason(spec()) is None
+    assert alone_reason(spec(strategy="zero3", device="cuda")) is None
+    assert "CPU offload" in alone_reason(spec(strategy="zero2", offload="cpu"))
+    assert "NVMe" in alone_reason(spec(strategy="zero3", offload="nvme", nvme_path="/nvme"))
+    assert "disk" in alone_reason(spec(workload="seq2seq", data="disk"))
+
+
+def _items(*cases: tuple[str, int, str]) -> list[SimpleNamespace]:
+    out = []
+    for name, ws, offload in cases:
+        s = spec(strategy=name, world_size=ws, offload=offload)
+        out.append(
+            SimpleNamespace(
+                nodeid=f"t[{name}-{offload}-ws{ws}]",
+                callspec=SimpleNamespace(params={"llmbench": s}, id=name),
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("gpus", "setting", "offload_last"), [(2, "auto", True), (2, "no", False), (1, "auto", False)]
+)
+def test_on_lanes_what_runs_alone_comes_last_in_its_world_size(gpus, setting, offload_last):
+    from llmbench_pytest.plugin import pytest_collection_modifyitems
+    from llmbench_pytest.session.state import SESSION_KEY
+
+    session = SimpleNamespace(
+        mode="launcher",
+        options=SimpleNamespace(side_by_side=setting),
+        hardware=lambda: Hardware(device="cuda", gpu_count=gpus),
+    )
+    config = SimpleNamespace(stash={SESSION_KEY: session}, getoption=lambda name, default=None: default)
+    items = _items(("ddp", 2, "none"), ("zero2", 1, "cpu"), ("ddp", 1, "none"), ("zero3", 1, "none"))
+    pytest_collection_modifyitems(config, items)
+    order = [i.nodeid for i in items]
+    if offload_last:  # the lanes' ranks leave once, before the configurations that run alone
+        assert order == ["t[ddp-none-ws1]", "t[zero3-none-ws1]", "t[zero2-cpu-ws1]", "t[ddp-none-ws2]"]
+    else:
+        assert order == ["t[zero2-cpu-ws1]", "t[ddp-none-ws1]", "t[zero3-none-ws1]", "t[ddp-none-ws2]"]
+
+
+def test_the_eta_shares_a_configurations_time_with_those_beside_it():
+    eta = Eta({n: Planned(n, n, "ddp", 10.0, at_once) for n, at_once in (("a", 2), ("b", 2), ("c", 1))})
+    assert eta.remaining_s(now=0.0) == pytest.approx(10.0 / 2 + 10.0 / 2 + 10.0)
+    eta.start("a", 0.0)
+    eta.start("b", 0.0)
+    assert eta.running() == 2
+    eta.finish("b", 6.0)  # a lane's run ends when it ends, whenever its test reports it
+    assert eta.finish("b", 50.0) == pytest.approx(6.0)
+
+
+def test_the_display_learns_a_lanes_run_when_it_ended_not_when_its_test_reported(monkeypatch):
+    lines: list[str] = []
+    screen = SimpleNamespace(line=lines.append)
+    progress = Progress([Planned("a", "a", "ddp", 10.0, 2), Planned("b", "b", "ddp", 10.0, 2)], screen)
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    progress.config_started("a", None)
+    progress.config_began("b", None, worker="lane 2/2")  # ahead of its test, on the other lane
+    now[0] = 104.0
+    progress.config_ended("b", ok=True, at=104.0)
+    now[0] = 130.0  # its test reports much later
+    progress.config_started("b", None)  # no second start line
+    progress.config_finished("b", None, summary={"status": "ok", "tokens_per_sec": 1000.0})
+    assert [ln.split(" · ")[0] for ln in lines] == [
+        "llmbench [1/2] a started",
+        "llmbench [2/2] lane 2/2 b started",
+        "llmbench [2/2] b ok in 4.0 s, 1,000 tokens/s",
+    ]
+
+
+def lanes_session(shared_bench):
+    """Five world-size-1 configurations on two lanes of a CPU (a smoke of the scheduling: CPU
+    lanes are not bound, and nothing here is a speed), rank 0 of zero1 killed by SIGKILL."""
+    return trained_once(
+        shared_bench,
+        LANES,
+        "benchmarks",
+        *FEW_STEPS,
+        "--llmbench-strategies=ddp,zero1,zero2,fsdp,zero2_offload",
+        "--llmbench-world-sizes=1",
+        "--llmbench-side-by-side=2",
+        "-v",
+        env={"LLMBENCH_INJECT_FAULT": "zero1:kill:0"},
+    )
+
+
+@pytest.mark.xdist_group(LANES)
+def test_lanes_train_beside_each_other_and_what_loads_the_host_alone(shared_bench):
+    bench, result = lanes_session(shared_bench)
+    # a rank killed on a lane fails its own configuration, named, and nothing else
+    result.assert_outcomes(passed=4, failed=1)
+    result.stdout.fnmatch_lines(["*zero1 error*rank 0*"])
+    runs = {r["strategy"]: r for r in saved_results(bench.path)}
+    assert {r["status"] for r in runs.values()} == {"ok", "error"}
+    on_lanes = [r for r in runs.values() if r["side_by_side"] and r["side_by_side"].get("lanes")]
+    assert {r["strategy"] for r in on_lanes} == {"ddp", "zero1", "zero2", "fsdp"}
+    assert {r["side_by_side"]["lane"] for r in on_lanes} == {1, 2}
+    assert all(r["side_by_side"]["beside"] for r in on_lanes)  # each named what trained beside it
+    # each lane keeps its own warm ranks: two groups at least, and some configuration reused one
+    groups = {r["side_by_side"]["lane"]: set() for r in on_lanes}
+    for r in on_lanes:
+        groups[r["side_by_side"]["lane"]].add(r["timing"]["launch"]["group"])
+    assert not groups[1] & groups[2]
+    assert any(r["timing"]["launch"]["ranks"] == "warm" for r in on_lanes)
+    offload = runs["zero2_offload"]
+    assert offload["status"] == "ok" and "CPU offload" in offload["side_by_side"]["alone"]
+    # it came last, with the node to itself: it started after every lane's run had ended
+    test_lines = [ln for ln in result.outlines if re.search(r"test_pretrain\[\w+-ws1.*(PASSED|FAILED)", ln)]
+    assert "zero2_offload" in test_lines[-1]
+    # the progress lines say which lane a configuration started on
+    assert any(re.search(r"llmbench \[\d/5\] lane [12]/2 test_pretrain", ln) for ln in result.outlines)
+    report = (bench.path / "results" / "latest").resolve()
+    assert report.exists()
+
+
+@pytest.mark.xdist_group(KILLED_FIRST)
+def test_a_session_stopped_early_leaves_no_run_of_a_lane_marked_running(shared_bench):
+    """-x after the first configuration fails: the one that ran ahead on the other lane keeps a
+    truthful result.json (measured, or interrupted), never a run still "running"."""
+    bench, result = trained_once(
+        shared_bench,
+        KILLED_FIRST,
+        "benchmarks",
+        *FEW_STEPS,
+        "--llmbench-strategies=ddp,zero2,fsdp",
+        "--llmbench-world-sizes=1",
+        "--llmbench-side-by-side=2",
+        "-x",
+        env={"LLMBENCH_INJECT_FAULT": "ddp:kill:0"},
+    )
+    result.assert_outcomes(failed=1)
+    files = sorted(bench.path.glob(f"{RUNS}/*_results/result.json"))
+    statuses = {json.loads(p.read_text())["strategy"]: json.loads(p.read_text())["status"] for p in files}
+    assert statuses.pop("ddp") == "error"
+    # the other lane took fsdp, the far end of the order, while ddp trained
+    assert statuses == {"fsdp": "ok"} or statuses == {"fsdp": "interrupted"}
