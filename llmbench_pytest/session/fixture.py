@@ -131,18 +131,20 @@ class LlmbenchFixture:
             def measure() -> Measurement:
                 return self._measure(paths, meta, spec, self.session.progress.on_progress)
 
-        if side is not None:
-            meta["side_by_side"] = side.record(nodeid, spec)
         log.info("%s (run %d of %d): %s", nodeid, index, count, spec.to_dict())
         try:
             measurement = measure()
         except BaseException as exc:  # Ctrl-C or SIGTERM: leave a truthful record, then stop
+            if side is not None:
+                meta["side_by_side"] = side.record(nodeid, spec)
             if paths is not None:
                 meta["finished_at"] = now_iso()
                 status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "error"
                 write_json_atomic(paths.result, placeholder(spec, status, meta, error=repr(exc)))
             raise
         meta.setdefault("finished_at", now_iso())
+        if side is not None:  # once it ended: every run that trained beside it has started
+            meta["side_by_side"] = side.record(nodeid, spec)
         data = build_result(spec, measurement, meta, self.session.options.peak_tflops)
         if paths is not None:
             write_json_atomic(paths.result, data)
@@ -152,12 +154,14 @@ class LlmbenchFixture:
         self, side: SideBySide, nodeid: str, spec: RunSpec
     ) -> tuple[RunPaths | None, dict[str, Any], Callable[[], Measurement]]:
         """This configuration on a lane of the node (session/side_by_side.py): it may have run
-        already, ahead of its test; its paths and metadata were made when it started."""
-        job = side.measure(nodeid, spec, self.session.progress)
-        job.meta["launch"] = job.launch.timings
-        job.meta["finished_at"] = job.ended_at or now_iso()
+        already, ahead of its test; its paths and metadata were made when it started. The wait
+        is the caller's `measure`, where an interrupt leaves its record."""
+        job = side.begin(nodeid, spec, self.session.progress)
 
         def measured() -> Measurement:
+            side.wait(job, self.session.progress)
+            job.meta["launch"] = job.launch.timings
+            job.meta["finished_at"] = job.ended_at or now_iso()
             if job.error is not None:
                 raise job.error
             assert job.measurement is not None
@@ -422,16 +426,15 @@ def settle_ahead(session: LlmbenchSession) -> None:
     if side is None:
         return
     left = side.unconsumed()
-    running = [job for job in left if not job.done.is_set()]
-    if running:
-        side.close(graceful=False)
+    if any(not job.done.is_set() for job in left):
+        side.close(graceful=False)  # marks what it ends stopped
     for job in left:
         if job.paths is None:
             continue
         job.meta["finished_at"] = job.ended_at or now_iso()
         job.meta["launch"] = job.launch.timings
         job.meta["side_by_side"] = side.record(job.nodeid, job.spec)
-        if job.measurement is not None and job not in running:
+        if job.measurement is not None and not job.stopped:
             data = build_result(job.spec, job.measurement, job.meta, session.options.peak_tflops)
         else:
             why = "the session stopped before this configuration's test ran"

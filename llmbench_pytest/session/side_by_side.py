@@ -59,6 +59,8 @@ class Job:
     beat: dict[str, Any] | None = None
     """rank 0's latest heartbeat (the lane's thread writes it, pytest's reads it)"""
     told_end: bool = False
+    stopped: bool = False
+    """ended by the session (an interrupt, a stop), not by itself: its figures are not its own"""
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -176,9 +178,10 @@ class SideBySide:
         ]
         return {**job.lane.to_dict(), "beside": beside}
 
-    def measure(self, nodeid: str, spec: RunSpec, progress: Progress | Quiet) -> Job:
-        """Run `nodeid` on a lane (or find it already run ahead), filling the other lanes with the
-        configurations after it; return its finished job. An interrupt ends every lane."""
+    def begin(self, nodeid: str, spec: RunSpec, progress: Progress | Quiet) -> Job:
+        """`nodeid`'s job on a lane: found already run ahead, or started now (once a lane is
+        free), the other idle lanes filled with the configurations after it. An interrupt while
+        waiting for a lane ends every lane."""
         self.consumed.add(nodeid)
         try:
             job = self.jobs.get(nodeid)
@@ -187,6 +190,15 @@ class SideBySide:
                 runner = self._free_runner(progress)
                 job = self._start(runner, nodeid, spec, progress)
             self._fill(progress)
+        except BaseException:
+            self.close(graceful=False)
+            raise
+        return job
+
+    def wait(self, job: Job, progress: Progress | Quiet) -> Job:
+        """Until `job` has ended, idle lanes taking the next configurations meanwhile; an interrupt
+        ends every lane."""
+        try:
             while not job.done.wait(POLL_S):
                 self._tell(progress, job)
                 self._fill(progress)
@@ -214,7 +226,11 @@ class SideBySide:
             runner.pool.let_go()
 
     def close(self, graceful: bool = True) -> None:
-        """End every lane (graceful: the ranks leave by themselves after their job)."""
+        """End every lane (graceful: the ranks leave by themselves after their job; else now, and a
+        job still running is marked stopped: what its group's end leaves behind is no crash)."""
+        if not graceful:
+            for job in self.jobs.values():
+                job.stopped = job.stopped or not job.done.is_set()
         self._close_runners(graceful)
 
     def unconsumed(self) -> list[Job]:
