@@ -209,8 +209,9 @@ def test_a_session_stopped_early_leaves_no_run_of_a_lane_marked_running(shared_b
     files = sorted(bench.path.glob(f"{RUNS}/*_results/result.json"))
     statuses = {json.loads(p.read_text())["strategy"]: json.loads(p.read_text())["status"] for p in files}
     assert statuses.pop("ddp") == "error"
-    # the other lane took fsdp, the far end of the order, while ddp trained
-    assert statuses in ({"fsdp": "ok"}, {"fsdp": "interrupted"})
+    # the other lane took fsdp, the far end of the order, while ddp trained (and, on a slow machine,
+    # zero2 after it): each measured or interrupted
+    assert "fsdp" in statuses and set(statuses.values()) <= {"ok", "interrupted"}, statuses
 
 
 def _both_lanes_training(proc: subprocess.Popen, root) -> list[psutil.Process]:
