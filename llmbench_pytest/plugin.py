@@ -398,20 +398,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[Any]) -> No
 def _alone_last(config: pytest.Config) -> Any:
     """A spec -> whether it runs alone at a world size that has lanes (always False off lanes)."""
     s = config.stash.get(SESSION_KEY, None)
-    if s is None or s.mode != "launcher" or s.options.side_by_side == "no":
+    if s is None or s.mode != "launcher" or not _lanes_allowed(s.options):
         return lambda spec: False
     if xdist.is_worker(config) or xdist.is_controller(config):
         return lambda spec: False
     from .launch.lanes import alone_reason, lane_count
 
-    try:
-        hw = s.hardware()
-    except SpecError:
-        return lambda spec: False
-
     def alone(spec: Any) -> bool:
         size = getattr(spec, "world_size", None)
         if size is None or alone_reason(spec) is None:
+            return False
+        try:
+            hw = s.hardware()  # only once a benchmark is there to order (cached)
+        except SpecError:
             return False
         return lane_count(size, hw.device, hw.gpu_count, s.options.side_by_side) > 1
 
@@ -451,6 +450,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if errors:
         raise pytest.UsageError("\n".join(errors))
     s = get_session(session.config)
+    _side_by_side(session, s)  # starts nothing: the lanes' GPUs, for the look below
     _look_at_gpus(session, s)  # before any rank starts, and before check_collection's process group
     _build_ops_ahead(session, s)
     _trace_ahead(session, s)
@@ -461,7 +461,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             check_collection(s, [item.nodeid for item in session.items])
         except SpecError as exc:  # e.g. more ranks on this node than GPUs
             raise pytest.UsageError(str(exc)) from None
-    _side_by_side(session, s)
     at_once = s.side_by_side.at_once if s.side_by_side is not None else None
     plan = progress.build_plan(session.items, s.options.repeat, at_once)
     worker = xdist.is_worker(session.config)
@@ -484,13 +483,13 @@ def _side_by_side(session: pytest.Session, s: LlmbenchSession) -> None:
         or xdist.is_worker(config)
     ):
         return
-    if opts.side_by_side == "no" or opts.repeat != 1 or opts.find_batch or s.refusal:
+    if not _lanes_allowed(opts):
         return
     plan = [
         (item.nodeid, spec)
         for item in session.items
         if "llmbench" in getattr(item, "fixturenames", ())
-        and item.get_closest_marker("skip") is None
+        and _will_run(item)
         and (spec := getattr(getattr(item, "callspec", None), "params", {}).get("llmbench")) is not None
     ]
     if not plan:
@@ -513,8 +512,28 @@ def _side_by_side(session: pytest.Session, s: LlmbenchSession) -> None:
         timeout_s=opts.timeout,
         repo_dir=str(config.rootpath),
     )
-    if sum(side.takes(spec) for _, spec in plan) >= 2:
+    if any(side.lanes_at(spec.world_size) > 1 for _, spec in plan):
         s.side_by_side = side
+
+
+def _lanes_allowed(opts: SessionOptions) -> bool:
+    """Lanes run one measurement per configuration, taken ahead of its test: not with repeats or a
+    batch search (several runs per test, each decided by the last)."""
+    return opts.side_by_side != "no" and opts.repeat == 1 and not opts.find_batch
+
+
+def _will_run(item: Any) -> bool:
+    """Whether pytest will call this test: not skipped (skip, a true skipif) nor xfail(run=False),
+    as pytest decides it (a lane would train it ahead for nothing)."""
+    if item.get_closest_marker("skip") is not None:
+        return False
+    try:
+        from _pytest.skipping import evaluate_skip_marks, evaluate_xfail_marks
+
+        xfail = evaluate_xfail_marks(item)
+        return evaluate_skip_marks(item) is None and (xfail is None or xfail.run)
+    except Exception:  # a condition pytest itself will report: not ahead of it
+        return False
 
 
 def _selected_specs(session: pytest.Session) -> list[Any]:
@@ -587,10 +606,8 @@ def _look_at_gpus(session: pytest.Session, s: LlmbenchSession) -> None:
     if s.mode == "in-rank":
         ids = preflight.visible_gpus(hw.gpu_count, s.env.local_rank)  # this rank's own GPU
     else:  # launcher groups use the first world-size GPUs, or every lane's; in-process, the first
-        from .launch.lanes import lane_count
-
-        setting = s.options.side_by_side
-        used = max(n * lane_count(n, hw.device, hw.gpu_count, setting) for n in sizes)
+        side = s.side_by_side
+        used = max(n * (side.lanes_at(n) if side is not None else 1) for n in sizes)
         ids = preflight.visible_gpus(min(hw.gpu_count, used if s.mode == "launcher" else 1), None)
     siblings = s.env.under_torchrun or xdist.is_worker(config)  # the job's other ranks, or workers
     reporter = config.pluginmanager.get_plugin("terminalreporter")

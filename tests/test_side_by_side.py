@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -19,9 +20,11 @@ from conftest import FEW_STEPS, RUNS, saved_results, trained_once
 from llmbench_pytest.config import host_share
 from llmbench_pytest.config.hardware import Hardware
 from llmbench_pytest.config.spec import RunSpec
-from llmbench_pytest.launch.lanes import Lane, alone_reason, lane_count, lanes
+from llmbench_pytest.launch.lanes import LANE_ENV, Lane, alone_reason, lane_count, lanes
+from llmbench_pytest.results.measurement import Measurement
 from llmbench_pytest.session.eta import Eta, Planned
 from llmbench_pytest.session.progress import Progress
+from llmbench_pytest.worker import link_probe
 
 LANES = "side_by_side_session"
 KILLED_FIRST = "side_by_side_stopped"
@@ -66,10 +69,46 @@ def test_each_lane_has_its_own_gpus_and_its_ranks_share_of_the_cores():
     assert pairs[0].env({"OMP_NUM_THREADS": "4"}, "cuda") == {
         host_share.POLICY_ENV: "user",
         "CUDA_VISIBLE_DEVICES": "4,5",
+        LANE_ENV: "1/2",
     }
+    # a rank's share does not depend on how many lanes run: two lanes on an 8-GPU node, 8 cores each
+    few = lanes(1, 2, [str(g) for g in range(8)], list(range(64)))
+    assert [la.cores for la in few] == [tuple(range(8)), tuple(range(8, 16))]
     assert pairs[1].to_dict() == {"lane": 2, "lanes": 2, "gpus": ["6", "7"], "cores": "32-63"}
     # a CPU lane is not bound: its ranks are the host's compute
     assert lanes(1, 2, [], list(range(2)))[0] == Lane(0, 2, 1, (), ())
+
+
+def test_the_link_probe_reads_the_lanes_variable():
+    assert link_probe.LANE_ENV == LANE_ENV
+
+
+def _side(plan, gpus=4, pool=None):
+    from llmbench_pytest.session.side_by_side import SideBySide
+
+    return SideBySide(
+        [(f"t[{i}]", s) for i, s in enumerate(plan)],
+        "auto",
+        "cuda",
+        [str(g) for g in range(gpus)],
+        list(range(8)),
+        new_pool=pool or (lambda env: None),
+        prepare=lambda nodeid, spec: (None, {}),
+        free_node=lambda: None,
+        timeout_s=60.0,
+        repo_dir=".",
+    )
+
+
+def test_a_world_size_has_lanes_only_where_two_of_its_configurations_may_share():
+    side = _side([spec(world_size=1), spec(world_size=2), spec(strategy="fsdp", world_size=2)])
+    assert side.lanes_at(1) == 1 and not side.takes(spec(world_size=1))  # alone: every core, as ever
+    assert side.lanes_at(2) == 2 and side.at_once(spec(world_size=2)) == 2
+    # an offload run does not count: it never shares
+    side = _side([spec(world_size=1), spec(strategy="zero2", offload="cpu", world_size=1)])
+    assert side.lanes_at(1) == 1
+    three = _side([spec(strategy=s) for s in ("ddp", "fsdp", "zero2")], gpus=8)
+    assert three.lanes_at(1) == 3  # not 8: no more lanes than configurations to fill them
 
 
 def test_what_loads_the_host_runs_alone():
@@ -102,7 +141,7 @@ def test_on_lanes_what_runs_alone_comes_last_in_its_world_size(gpus, setting, of
 
     session = SimpleNamespace(
         mode="launcher",
-        options=SimpleNamespace(side_by_side=setting),
+        options=SimpleNamespace(side_by_side=setting, repeat=1, find_batch=False),
         hardware=lambda: Hardware(device="cuda", gpu_count=gpus),
     )
     config = SimpleNamespace(stash={SESSION_KEY: session}, getoption=lambda name, default=None: default)
@@ -261,3 +300,76 @@ def test_an_interrupt_ends_every_lane_and_each_run_says_interrupted(bench):
     }
     # the one pytest waited for and the one ahead of it on the other lane: stopped, not crashed
     assert statuses == {"ddp": "interrupted", "fsdp": "interrupted"}, text[-3000:]
+
+
+class _Pool:
+    """A lane's pool that trains nothing: a job waits until the test releases it, or until the
+    pool is closed under it (then it reports what a killed group reports)."""
+
+    def __init__(self) -> None:
+        self.current = threading.Event()
+        self.status = "ok"
+        self.closes: list[bool] = []
+        self.at_once = False
+        """a job returns ok at once"""
+
+    def run(self, spec, launch, timeout_s, repo_dir, beat):
+        self.current = threading.Event()
+        self.status = "ok"
+        beat({"phase": "warmup"})
+        self.current.wait(0 if self.at_once else 10)
+        return Measurement(status=self.status, error=None if self.status == "ok" else "killed")
+
+    def close(self, graceful=True, final=False):
+        self.closes.append(final)
+        self.status = "error"
+        self.current.set()
+
+    def let_go(self):
+        pass
+
+
+def test_a_timeout_while_waiting_ends_only_that_lane_and_its_run_trains_again_when_asked(tmp_path):
+    from llmbench_pytest.results.storage import claim_run_paths
+    from llmbench_pytest.session.side_by_side import SideBySide
+
+    pools: list[_Pool] = []
+    plan = [("t[ddp]", spec()), ("t[fsdp]", spec(strategy="fsdp"))]
+    side = SideBySide(
+        plan, "2", "cpu", [], [],
+        new_pool=lambda env: pools.append(_Pool()) or pools[-1],
+        prepare=lambda nodeid, s: (claim_run_paths(tmp_path, s), {}),
+        free_node=lambda: None, timeout_s=60.0, repo_dir=".",
+    )  # fmt: skip
+
+    def timed_out(event):  # what pytest-timeout's signal method raises inside the wait
+        raise pytest.fail.Exception("Timeout")
+
+    quiet = SimpleNamespace(config_began=lambda *a, **k: 0, config_ended=lambda *a, **k: None)
+    progress = SimpleNamespace(**vars(quiet), on_progress=timed_out)
+    job = side.begin("t[ddp]", plan[0][1], progress)
+    ahead = side.jobs["t[fsdp]"]  # the other lane took it
+    with pytest.raises(pytest.fail.Exception):
+        side.wait(job, progress)
+    assert job.stopped and job.done.is_set() and pools[0].closes == [False]
+    assert not ahead.done.is_set() and not ahead.stopped and pools[1].closes == []  # the other lane goes on
+    progress = SimpleNamespace(**vars(quiet), on_progress=lambda event: None)
+    pools[1].current.set()
+    assert side.wait(side.begin("t[fsdp]", plan[1][1], progress), progress).measurement.ok
+    for pool in pools:
+        pool.at_once = True
+    again = side.begin("t[ddp]", plan[0][1], progress)  # stopped under another test: trains anew
+    assert again is not job and not again.stopped
+    assert side.wait(again, progress).measurement.ok
+    side.close()
+    assert all(p.closes[-1] for p in pools)  # closed for good: no group starts after
+
+
+def test_a_pool_closed_for_good_starts_no_group(tmp_path):
+    from llmbench_pytest.launch.launcher import Launch, PoolShut, RankPool
+
+    pool = RankPool(tmp_path)
+    pool.close(final=True)
+    with pytest.raises(PoolShut):
+        pool.run(spec(), Launch(tmp_path / "r", tmp_path / "r.log", 1), 60.0, ".")
+    assert pool.group is None

@@ -317,7 +317,8 @@ SETTINGS: tuple[Setting, ...] = (
         "size at once, each on its own GPUs and its own share of the host's cores (launcher mode): auto, "
         "as many as the GPUs allow (default); no, one at a time; N, at most N at once. CPU offload, "
         "NVMe offload and data from disk always run alone; result.json's side_by_side says how each "
-        "run shared the node.",
+        "run shared the node. A session setting: a test's marker does not change it; off with "
+        "--llmbench-repeat above 1 or --llmbench-find-batch.",
         _lanes,
         "auto|no|N",
     ),

@@ -30,6 +30,8 @@ from ..config import host_share
 if TYPE_CHECKING:
     from ..config.spec import RunSpec
 
+LANE_ENV = "LLMBENCH_LANE"
+"""Set in a lane's ranks ("2/4"): the link probe keeps no sweep it took while other lanes trained."""
 AUTO = "auto"
 OFF = "no"
 
@@ -78,6 +80,7 @@ class Lane:
         out = dict(host_share.group_env(environ, self.world_size, device, cores=list(self.cores) or None))
         if self.gpus:
             out["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus)
+        out[LANE_ENV] = f"{self.index + 1}/{self.count}"
         return out
 
     def to_dict(self) -> dict[str, object]:
@@ -91,9 +94,10 @@ class Lane:
 
 def lanes(world_size: int, count: int, gpu_ids: list[str], cores: list[int]) -> list[Lane]:
     """`count` lanes of `world_size` GPUs each from `gpu_ids` (in order), each with its ranks' share
-    of `cores`: the cores are divided over every rank the lanes run (count x world size), each
-    lane taking its ranks' contiguous slices. With no GPUs (a CPU) the lanes are not bound."""
-    ranks = count * world_size
+    of `cores`: a rank's share is what it gets when one configuration uses every GPU listed (cores
+    / GPUs), whatever the number of lanes, each lane taking its ranks' contiguous slices. With no
+    GPUs (a CPU) the lanes are not bound."""
+    ranks = len(gpu_ids)
     out = []
     for i in range(count):
         gpus = tuple(gpu_ids[i * world_size : (i + 1) * world_size]) if gpu_ids else ()

@@ -20,6 +20,7 @@ progress display) whenever it changes.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -95,6 +96,11 @@ class RankPool:
         self.group: RankGroup | None = None
         self.served = 0
         """Configurations the current group has taken."""
+        self.shut = False
+        """Closed for good (`close(final=True)`): no group starts after it. A lane's pool is run
+        from the lane's thread and shut from pytest's (session/side_by_side.py); the lock keeps a
+        group from starting between the two."""
+        self._lock = threading.Lock()
 
     def run(
         self,
@@ -141,7 +147,10 @@ class RankPool:
             launch.timings["ranks"] = "warm"
             return group
         self.close()
-        self.group = RankGroup(*key, root=self.root, lane_env=self.lane_env)
+        with self._lock:
+            if self.shut:
+                raise PoolShut("the session ended these ranks before this configuration started")
+            self.group = RankGroup(*key, root=self.root, lane_env=self.lane_env)
         self.served = 0
         launch.timings["ranks"] = "fresh"
         return self.group
@@ -152,9 +161,12 @@ class RankPool:
         if self.group is not None:
             self.group.ask_to_leave()
 
-    def close(self, graceful: bool = True) -> None:
-        """End the current group: graceful lets the ranks leave by themselves first."""
-        group, self.group = self.group, None
+    def close(self, graceful: bool = True, final: bool = False) -> None:
+        """End the current group: graceful lets the ranks leave by themselves first; final: for
+        good (no group starts after it)."""
+        with self._lock:
+            self.shut = self.shut or final
+            group, self.group = self.group, None
         if group is None:
             return
         if graceful:
@@ -162,6 +174,10 @@ class RankPool:
         else:
             group.end()
         group.remove()
+
+
+class PoolShut(RuntimeError):
+    """A configuration asked for ranks from a pool the session had already closed for good."""
 
 
 def run_group(

@@ -90,7 +90,7 @@ def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:
 def _shared_node(runs: Sequence[Run]) -> list[str]:
     """Which runs shared the node while they trained: side by side on lanes (each on its own GPUs
     and cores) or under pytest-xdist, and which ran alone where others could have shared."""
-    lanes = [r for r in runs if (r.data.get("side_by_side") or {}).get("lanes")]
+    lanes = [r for r in runs if (r.data.get("side_by_side") or {}).get("beside")]
     alone = [r for r in runs if (r.data.get("side_by_side") or {}).get("alone")]
     xdist = [r for r in runs if r.data.get("node_shared")]
     if not (lanes or xdist):
@@ -100,7 +100,8 @@ def _shared_node(runs: Sequence[Run]) -> list[str]:
         most = max(int(r.data["side_by_side"]["lanes"]) for r in lanes)
         out.append(
             f"> {len(lanes)} of {len(runs)} runs trained side by side, up to {most} at once, each on its own "
-            "GPUs and share of the host's cores (result.json's `side_by_side` names the runs beside each)"
+            "lane: its GPUs and its ranks' share of the host's cores (result.json's `side_by_side` "
+            "names the runs beside each)"
             + (f"; {len(alone)} had the node to itself ({_reasons(alone)})." if alone else ".")
         )
     if xdist:

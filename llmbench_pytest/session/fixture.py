@@ -137,8 +137,9 @@ class LlmbenchFixture:
         except BaseException as exc:  # Ctrl-C or SIGTERM: leave a truthful record, then stop
             if side is not None:
                 meta["side_by_side"] = side.record(nodeid, spec)
+                side.settled.add(nodeid)
             if paths is not None:
-                meta["finished_at"] = now_iso()
+                meta.setdefault("finished_at", now_iso())
                 status = "interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "error"
                 write_json_atomic(paths.result, placeholder(spec, status, meta, error=repr(exc)))
             raise
@@ -148,6 +149,8 @@ class LlmbenchFixture:
         data = build_result(spec, measurement, meta, self.session.options.peak_tflops)
         if paths is not None:
             write_json_atomic(paths.result, data)
+        if side is not None:
+            side.settled.add(nodeid)
         return RunResult(data, paths)
 
     def _on_lane(
@@ -157,10 +160,10 @@ class LlmbenchFixture:
         already, ahead of its test; its paths and metadata were made when it started. The wait
         is the caller's `measure`, where an interrupt leaves its record."""
         job = side.begin(nodeid, spec, self.session.progress)
+        job.meta["launch"] = job.launch.timings  # filled as the lane's launcher goes
 
         def measured() -> Measurement:
             side.wait(job, self.session.progress)
-            job.meta["launch"] = job.launch.timings
             job.meta["finished_at"] = job.ended_at or now_iso()
             if job.error is not None:
                 raise job.error
@@ -419,13 +422,14 @@ def prepare_run(
 
 
 def settle_ahead(session: LlmbenchSession) -> None:
-    """At the session's end: configurations that ran on a lane ahead of a test pytest never reached
-    (-x, an interrupt) keep a truthful result.json: what they measured, without checks, or
-    interrupted where they were still running."""
+    """At the session's end: a configuration that ran on a lane but whose test never wrote its
+    result (pytest stopped first: -x, an interrupt, a skip decided in the test's setup) keeps a
+    truthful result.json. Its checks never ran, so it is not `ok` for a report or a gate:
+    `interrupted`, with what it measured where it finished, or the lane's own error."""
     side = session.side_by_side
     if side is None:
         return
-    left = side.unconsumed()
+    left = side.unsettled()
     if any(not job.done.is_set() for job in left):
         side.close(graceful=False)  # marks what it ends stopped
     for job in left:
@@ -434,11 +438,17 @@ def settle_ahead(session: LlmbenchSession) -> None:
         job.meta["finished_at"] = job.ended_at or now_iso()
         job.meta["launch"] = job.launch.timings
         job.meta["side_by_side"] = side.record(job.nodeid, job.spec)
-        if job.measurement is not None and not job.stopped:
+        if job.error is not None and not job.stopped:
+            data = placeholder(job.spec, "error", job.meta, error=repr(job.error))
+        elif job.measurement is not None and not job.stopped:
             data = build_result(job.spec, job.measurement, job.meta, session.options.peak_tflops)
+            data["status"] = "interrupted" if data["status"] == "ok" else data["status"]
+            data["error"] = data["error"] or (
+                "measured on a lane ahead of its test, which never ran (the session stopped first): "
+                "no check judged it"
+            )
         else:
-            why = "the session stopped before this configuration's test ran"
-            data = placeholder(job.spec, "interrupted", job.meta, error=why)
+            data = placeholder(job.spec, "interrupted", job.meta, error="the session stopped it on its lane")
         write_json_atomic(job.paths.result, data)
 
 

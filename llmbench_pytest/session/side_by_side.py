@@ -20,6 +20,7 @@ import os
 import queue
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -111,10 +112,11 @@ class _Runner:
             job.done.set()
 
     def close(self, graceful: bool) -> None:
-        """Graceful: wait for the job, let the ranks leave by themselves; else end them now."""
+        """Graceful: wait for the job, let the ranks leave by themselves; else end them now. For
+        good either way: no group starts in this pool after it."""
         if graceful and self.job is not None:
             self.job.done.wait()
-        self.pool.close(graceful=graceful)
+        self.pool.close(graceful=graceful, final=True)
         if not graceful and self.job is not None:
             self.job.done.wait(JOIN_S)  # the ranks are gone: the thread reports a crash at once
         self.jobs.put(None)
@@ -146,17 +148,24 @@ class SideBySide:
         self.free_node = free_node
         """ends the session's own group (the one that runs configurations alone)"""
         self.timeout_s, self.repo_dir = timeout_s, repo_dir
+        self.sharing = Counter(spec.world_size for _, spec in plan if alone_reason(spec) is None)
+        """configurations of each world size that may share the node"""
         self.jobs: dict[str, Job] = {}
-        self.consumed: set[str] = set()
-        """configurations whose test took (or is taking) its job"""
+        self.settled: set[str] = set()
+        """configurations whose result.json their test wrote (measured, failed or interrupted)"""
         self.runners: list[_Runner] = []
         self.world_size: int | None = None
 
     def lanes_at(self, world_size: int) -> int:
-        return lane_count(world_size, self.device, len(self.gpu_ids), self.setting)
+        """Lanes at `world_size`: as many as the GPUs allow, no more than its configurations that
+        may share, and none (1) where fewer than two may."""
+        count = min(
+            lane_count(world_size, self.device, len(self.gpu_ids), self.setting), self.sharing[world_size]
+        )
+        return count if count > 1 else 1
 
     def takes(self, spec: RunSpec) -> bool:
-        """Whether `spec` runs on a lane: its world size leaves two or more, and it may share."""
+        """Whether `spec` runs on a lane: its world size has lanes, and it may share."""
         return self.lanes_at(spec.world_size) > 1 and alone_reason(spec) is None
 
     def at_once(self, spec: RunSpec) -> int:
@@ -176,37 +185,54 @@ class SideBySide:
             for other in self.jobs.values()
             if other is not job and other.started < end and (other.ended is None or other.ended > job.started)
         ]
-        return {**job.lane.to_dict(), "beside": beside}
+        lane = job.lane.to_dict()
+        if "OMP_NUM_THREADS" in os.environ:
+            lane["cores"] = None  # the user's threads, not bound to the lane's cores (host_share)
+        return {**lane, "beside": beside}
 
     def begin(self, nodeid: str, spec: RunSpec, progress: Progress | Quiet) -> Job:
         """`nodeid`'s job on a lane: found already run ahead, or started now (once a lane is
-        free), the other idle lanes filled with the configurations after it. An interrupt while
-        waiting for a lane ends every lane."""
-        self.consumed.add(nodeid)
+        free), the other idle lanes filled with the configurations after it. A job the session
+        had stopped (another test's interrupt, an error while waiting) runs again. An interrupt
+        ends every lane."""
         try:
             job = self.jobs.get(nodeid)
+            if job is not None and job.stopped:
+                del self.jobs[nodeid]
+                job = None
             if job is None:
                 self._enter(spec.world_size)
                 runner = self._free_runner(progress)
                 job = self._start(runner, nodeid, spec, progress)
             self._fill(progress)
-        except BaseException:
+        except (KeyboardInterrupt, SystemExit):
             self.close(graceful=False)
             raise
         return job
 
     def wait(self, job: Job, progress: Progress | Quiet) -> Job:
-        """Until `job` has ended, idle lanes taking the next configurations meanwhile; an interrupt
-        ends every lane."""
+        """Until `job` has ended, idle lanes taking the next configurations meanwhile. An
+        interrupt ends every lane; any other exception here (a per-test timeout) ends this job's
+        lane only, and the others go on."""
         try:
             while not job.done.wait(POLL_S):
                 self._tell(progress, job)
                 self._fill(progress)
             self._tell(progress, job)
-        except BaseException:
+        except (KeyboardInterrupt, SystemExit):
             self.close(graceful=False)
             raise
+        except BaseException:
+            self._stop(job)
+            raise
         return job
+
+    def _stop(self, job: Job) -> None:
+        job.stopped = job.stopped or not job.done.is_set()
+        for runner in self.runners:
+            if runner.job is job:
+                runner.pool.close(graceful=False)  # the next job on this lane starts fresh ranks
+                job.done.wait(JOIN_S)
 
     def clear(self, progress: Progress | Quiet) -> None:
         """The next configuration has the node to itself: wait for every lane, then their ranks leave."""
@@ -233,19 +259,20 @@ class SideBySide:
                 job.stopped = job.stopped or not job.done.is_set()
         self._close_runners(graceful)
 
-    def unconsumed(self) -> list[Job]:
-        """Jobs that ran ahead for configurations pytest never reached (stopped early, -x)."""
-        return [j for n, j in self.jobs.items() if n not in self.consumed]
+    def unsettled(self) -> list[Job]:
+        """Jobs whose test never wrote their result.json: run ahead for a test pytest did not reach
+        (-x, an interrupt), or interrupted before the test could."""
+        return [j for n, j in self.jobs.items() if n not in self.settled]
 
     def _close_runners(self, graceful: bool) -> None:
-        runners, self.runners = self.runners, []
         if graceful:  # every lane's ranks leave at once (a rank's exit frees pinned memory: seconds)
-            for runner in runners:
+            for runner in self.runners:
                 if runner.job is not None:
                     runner.job.done.wait()
                 runner.pool.let_go()
-        for runner in runners:
-            runner.close(graceful)
+        while self.runners:  # each is forgotten once closed: an interrupt here leaves the rest to close
+            self.runners[0].close(graceful)
+            self.runners.pop(0)
 
     def _enter(self, world_size: int) -> None:
         """Lanes of `world_size`: the session's own group and other world sizes' lanes end first."""
