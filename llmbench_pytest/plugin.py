@@ -398,9 +398,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[Any]) -> No
 def _alone_last(config: pytest.Config) -> Any:
     """A spec -> whether it runs alone at a world size that has lanes (always False off lanes)."""
     s = config.stash.get(SESSION_KEY, None)
-    if s is None or s.mode != "launcher" or not _lanes_allowed(s.options):
-        return lambda spec: False
-    if xdist.is_worker(config) or xdist.is_controller(config):
+    if s is None or not _lanes_possible(config, s):
         return lambda spec: False
     from .launch.lanes import alone_reason, lane_count
 
@@ -476,22 +474,9 @@ def _side_by_side(session: pytest.Session, s: LlmbenchSession) -> None:
     workers already divide the node), and only where a world size leaves two lanes or more."""
     config = session.config
     opts = s.options
-    if (
-        s.mode != "launcher"
-        or config.option.collectonly
-        or xdist.is_controller(config)
-        or xdist.is_worker(config)
-    ):
+    if config.option.collectonly or not _lanes_possible(config, s):
         return
-    if not _lanes_allowed(opts):
-        return
-    plan = [
-        (item.nodeid, spec)
-        for item in session.items
-        if "llmbench" in getattr(item, "fixturenames", ())
-        and _will_run(item)
-        and (spec := getattr(getattr(item, "callspec", None), "params", {}).get("llmbench")) is not None
-    ]
+    plan = [(item.nodeid, spec) for item, spec in _selected(session) if _will_run(item)]
     if not plan:
         return
     from .config.host_share import usable_cores
@@ -516,17 +501,20 @@ def _side_by_side(session: pytest.Session, s: LlmbenchSession) -> None:
         s.side_by_side = side
 
 
-def _lanes_allowed(opts: SessionOptions) -> bool:
-    """Lanes run one measurement per configuration, taken ahead of its test: not with repeats or a
-    batch search (several runs per test, each decided by the last)."""
+def _lanes_possible(config: pytest.Config, s: LlmbenchSession) -> bool:
+    """Whether this session may run configurations side by side: in launcher mode, not under
+    pytest-xdist (whose workers already divide the node), and with one measurement per
+    configuration, taken ahead of its test: not with repeats or a batch search (several runs per
+    test, each decided by the last)."""
+    opts = s.options
+    if s.mode != "launcher" or xdist.is_worker(config) or xdist.is_controller(config):
+        return False
     return opts.side_by_side != "no" and opts.repeat == 1 and not opts.find_batch
 
 
 def _will_run(item: Any) -> bool:
-    """Whether pytest will call this test: not skipped (skip, a true skipif) nor xfail(run=False),
-    as pytest decides it (a lane would train it ahead for nothing)."""
-    if item.get_closest_marker("skip") is not None:
-        return False
+    """Whether pytest will call this selected test: no true skipif nor xfail(run=False), as pytest
+    decides it (a lane would train it ahead for nothing)."""
     try:
         from _pytest.skipping import evaluate_skip_marks, evaluate_xfail_marks
 
@@ -536,15 +524,20 @@ def _will_run(item: Any) -> bool:
         return False
 
 
-def _selected_specs(session: pytest.Session) -> list[Any]:
-    """The RunSpec of every selected benchmark that will train (not skipped at collection)."""
+def _selected(session: pytest.Session) -> list[tuple[Any, Any]]:
+    """(item, RunSpec) of every selected benchmark that will train (not skipped at collection)."""
     return [
-        spec
+        (item, spec)
         for item in session.items
         if "llmbench" in getattr(item, "fixturenames", ())
         and item.get_closest_marker("skip") is None
         and (spec := getattr(getattr(item, "callspec", None), "params", {}).get("llmbench")) is not None
     ]
+
+
+def _selected_specs(session: pytest.Session) -> list[Any]:
+    """The RunSpec of every selected benchmark that will train (not skipped at collection)."""
+    return [spec for _, spec in _selected(session)]
 
 
 def _one_per_machine(config: pytest.Config, s: LlmbenchSession) -> bool:

@@ -3,7 +3,6 @@ that lean on what a lane does not divide run alone, and every run says how it sh
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -16,7 +15,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from conftest import FEW_STEPS, RUNS, saved_results, trained_once
+from conftest import FEW_STEPS, saved_results, trained_once
 from llmbench_pytest.config import host_share
 from llmbench_pytest.config.hardware import Hardware
 from llmbench_pytest.config.spec import RunSpec
@@ -245,8 +244,7 @@ def test_a_session_stopped_early_leaves_no_run_of_a_lane_marked_running(shared_b
         env={"LLMBENCH_INJECT_FAULT": "ddp:kill:0"},
     )
     result.assert_outcomes(failed=1)
-    files = sorted(bench.path.glob(f"{RUNS}/*_results/result.json"))
-    statuses = {json.loads(p.read_text())["strategy"]: json.loads(p.read_text())["status"] for p in files}
+    statuses = {r["strategy"]: r["status"] for r in saved_results(bench.path)}
     assert statuses.pop("ddp") == "error"
     # the other lane took fsdp, the far end of the order, while ddp trained (and, on a slow machine,
     # zero2 after it): each measured or interrupted
@@ -294,10 +292,7 @@ def test_an_interrupt_ends_every_lane_and_each_run_says_interrupted(bench):
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, text[-3000:]
     _, alive = psutil.wait_procs(tree, timeout=10)
     assert not alive, f"left running: {[p.pid for p in alive]}\n{text[-3000:]}"
-    statuses = {
-        json.loads(p.read_text())["strategy"]: json.loads(p.read_text())["status"]
-        for p in bench.path.glob(f"{RUNS}/*_results/result.json")
-    }
+    statuses = {r["strategy"]: r["status"] for r in saved_results(bench.path)}
     # the one pytest waited for and the one ahead of it on the other lane: stopped, not crashed
     assert statuses == {"ddp": "interrupted", "fsdp": "interrupted"}, text[-3000:]
 

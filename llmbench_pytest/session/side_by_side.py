@@ -112,10 +112,8 @@ class _Runner:
             job.done.set()
 
     def close(self, graceful: bool) -> None:
-        """Graceful: wait for the job, let the ranks leave by themselves; else end them now. For
-        good either way: no group starts in this pool after it."""
-        if graceful and self.job is not None:
-            self.job.done.wait()
+        """Graceful (its job has ended: SideBySide._close_runners waits): the ranks leave by
+        themselves; else end them now. For good either way: no group starts in this pool after it."""
         self.pool.close(graceful=graceful, final=True)
         if not graceful and self.job is not None:
             self.job.done.wait(JOIN_S)  # the ranks are gone: the thread reports a crash at once
