@@ -77,3 +77,40 @@ def test_a_target_without_runs_below_it_is_refused(tmp_path):
         cwd=REPO, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and "no link probe in the runs below world size 4" in done.stderr
+
+
+def test_several_sessions_are_checked_each_on_its_own_then_pooled(tmp_path):
+    """Three sessions' folders (here one host's runs, the third with its 2-GPU steps slowed): each
+    keeps its own rows, the pooled shares count flagged and unflagged predictions apart, and the
+    spread of one configuration across the sessions is tabled beside its errors."""
+    folders = []
+    for k in range(3):
+        folder = tmp_path / f"host{k}"
+        for name in CONFIGS:
+            if "ws4" not in name:
+                shutil.copytree(RUNS / name, folder / f"{name}_results")
+        folders.append(str(folder))
+    slowed = tmp_path / "host2" / "bench-vm-ddp-ws2-seq2048_results" / "result.json"
+    doc = json.loads(slowed.read_text())
+    doc["mean_step_time_sec"] *= 1.25
+    slowed.write_text(json.dumps(doc))
+    out, md = tmp_path / "v.json", tmp_path / "v.md"
+    subprocess.run(
+        [sys.executable, "tools/scale_validation.py", *folders, f"--json={out}", f"--markdown={md}"],
+        cwd=REPO, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    got = json.loads(out.read_text())
+    assert sorted(got["folders"]) == sorted(folders)
+    rows = got["validation"]
+    assert len(rows) == 6 and {r["folder"] for r in rows} == set(folders)
+    ddp = [r for r in rows if r["configuration"].startswith("ddp")]
+    zero3 = [r for r in rows if r["configuration"].startswith("zero3")]
+    # the same runs give the same prediction; the slowed 2-GPU step is a larger miss
+    assert len({r["predicted_step_sec"] for r in ddp}) == 1
+    assert min(r["error"] for r in ddp) < max(r["error"] for r in ddp) - 0.15
+    # ZeRO-3's 1-GPU step on that host is host-bound and known to worse than +-5%: flagged
+    assert all(r["flags"] for r in zero3) and not any(r["flags"] for r in ddp)
+    pooled = [s for s in got["summary"] if "all folders" in s or "no flag" in s or "flagged" in s]
+    assert len(pooled) == 3 and "with no flag on the prediction, 3 configurations" in pooled[1]
+    text = md.read_text()
+    assert "### pooled" in text and "| ddp llama-1b seq2048 b8x1 | 3 |" in text

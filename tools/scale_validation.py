@@ -1,6 +1,6 @@
 """Out-of-sample check of the scale prediction (llmbench_pytest/plan/scale.py).
 
-    python tools/scale_validation.py RESULTS_DIR [--target 2] [--kept other.json ...]
+    python tools/scale_validation.py RESULTS_DIR [RESULTS_DIR ...] [--target 2] [--kept other.json ...]
         [--json out.json] [--markdown out.md]
 
 For every configuration RESULTS_DIR holds at the target world size (default 2) and at world size 1:
@@ -13,12 +13,19 @@ step. The model's collective schedule is checked against what the target's profi
 prediction made before a larger host was at hand is checked too. Then, from every run up to the
 target, the predictions at the next sizes of one node (up to 8) are written for a larger host to
 check. Prints a markdown table and the shares within 5% and 10%.
+
+Several RESULTS_DIRs (sessions on different hosts) are each checked on their own, with their own
+link probe, then pooled: the shares over all of them, and apart for the predictions that raised a
+flag (plan/scale.py: inputs known worse than +-5%, a host-bound step that waits for gathers) and
+those that did not, which says whether the prediction knows when it is unsure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,11 +57,8 @@ def kept_predictions(paths: list[str], target: int) -> dict[str, float]:
 def validate(name: str, by_ws: dict[int, dict[str, Any]], target: int, node: Fabric) -> dict[str, Any]:
     """One configuration's row: the target predicted from its smaller runs, against the measured."""
     sizes = [w for w in sorted(by_ws) if w < target]
-    predicted = next(
-        p
-        for p in predict_config(name, [by_ws[w] for w in sizes], [target], node).predictions
-        if p.world_size == target
-    )
+    scaled = predict_config(name, [by_ws[w] for w in sizes], [target], node)
+    predicted = next(p for p in scaled.predictions if p.world_size == target)
     run = by_ws[target]
     measured = float(run["mean_step_time_sec"])
     comm = run.get("communication") or {}
@@ -70,14 +74,29 @@ def validate(name: str, by_ws: dict[int, dict[str, Any]], target: int, node: Fab
         "measured_exposed_share": comm.get("exposed_fraction_of_step"),
         "model_bus_bytes": bus_bytes(schedule(by_ws[1]), target),
         "measured_bus_bytes": comm.get("bus_bytes_per_step"),
+        "flags": scaled.flags,
     }
+
+
+FLAG_NAMES = {
+    "known only to": "inputs loose",
+    "host-bound": "host-bound",
+    "misses the measured": "model missed",
+    "moved": "bytes differ",
+}
+"""Short names for the table of the flags plan/scale.py writes out in full (the JSON keeps them)."""
+
+
+def flag_names(flags: list[str]) -> list[str]:
+    return [next((short for key, short in FLAG_NAMES.items() if key in f), "flagged") for f in flags]
 
 
 def table(rows: list[dict[str, Any]], target: int) -> list[str]:
     kept = any("kept_error" in r for r in rows)
     head = f"| configuration | ws1 step s | predicted ws{target} | measured ws{target} | error |"
     head += " kept prediction | kept error |" if kept else ""
-    lines = [head + " bytes model / measured |", "|---" * (head.count("|")) + "|"]
+    head += " bytes model / measured | flags |"
+    lines = [head, "|---" * (head.count("|") - 1) + "|"]
     for r in rows:
         mb = r["measured_bus_bytes"]
         bytes_cell = f"{r['model_bus_bytes'] / 1e9:.3f} / {mb / 1e9:.3f} GB" if mb else "-"
@@ -89,7 +108,7 @@ def table(rows: list[dict[str, Any]], target: int) -> list[str]:
             line += (
                 f" {r['kept_step_sec']:.4f} | {r['kept_error']:+.1%} |" if "kept_error" in r else " - | - |"
             )
-        lines.append(f"{line} {bytes_cell} |")
+        lines.append(f"{line} {bytes_cell} | {', '.join(flag_names(r['flags'])) or '-'} |")
     return lines
 
 
@@ -104,9 +123,84 @@ def shares(rows: list[dict[str, Any]], key: str, what: str) -> str:
     )
 
 
+class NoRuns(Exception):
+    """A folder without what the check needs (its message says what)."""
+
+
+def validate_folder(folder: str, target: int, kept: dict[str, float]) -> dict[str, Any]:
+    """One session's folder: its rows, the predictions ahead, and the probes they used."""
+    runs = load_results(Path(folder)).runs
+    # the link as the smaller runs measured it: the target's own probe would be in sample, except at
+    # 2, whose 1-GPU runs have none (the probe needs two ranks); the predictions ahead use every
+    # run up to the target, its probe too
+    up_to = [r.data for r in runs if int(r.data.get("world_size") or 1) <= target]
+    widest = widest_sweep(up_to)
+    below = widest_sweep(d for d in up_to if int(d.get("world_size") or 1) < target)
+    sweep = widest if target == 2 and below is None else below
+    if sweep is None:
+        raise NoRuns(f"{folder}: no link probe in the runs below world size {target}")
+    node = Fabric(sweep, gpus_per_node=NODE)
+    node_ahead = Fabric(widest, gpus_per_node=NODE)
+    rows, ahead = [], []
+    sizes_ahead = [n for n in (4, 8) if n > target and n <= NODE]
+    for name, members in sorted(group(runs).items()):
+        by_ws = {int(m["world_size"]): m for m in members if int(m["world_size"]) <= target}
+        if 1 not in by_ws or target not in by_ws:
+            continue
+        row = validate(name, by_ws, target, node)
+        if name in kept:
+            row["kept_step_sec"] = kept[name]
+            row["kept_error"] = kept[name] / row["measured_step_sec"] - 1
+        rows.append(row)
+        if sizes_ahead:
+            ahead.append(predict_config(name, list(by_ws.values()), sizes_ahead, node_ahead).to_dict())
+    if not rows:
+        raise NoRuns(f"{folder}: no configuration was run at both world sizes 1 and {target}")
+    return {"rows": rows, "ahead": ahead, "probe": sweep.get("world_size"), "probe_ahead": widest.get("world_size")}
+
+
+def pooled(rows: list[dict[str, Any]], target: int) -> list[str]:
+    """The shares over every folder's rows, and over those the prediction raised no flag for: a
+    flag (inputs known worse than +-5%, a host-bound step waiting for gathers) is the prediction
+    saying it is unsure, so the two shares tell whether it knows when it is."""
+    quiet = [r for r in rows if not r["flags"]]
+    return [
+        shares(rows, "error", f"world size {target} predicted, all folders"),
+        shares(quiet, "error", "of them with no flag on the prediction"),
+        shares([r for r in rows if r["flags"]], "error", "of them flagged"),
+    ]
+
+
+def spread(rows: list[dict[str, Any]]) -> list[str]:
+    """Per configuration seen in three folders or more: how much its measured steps at world size 1
+    and at the target vary from one session (host) to the next, beside the prediction's errors. Where
+    the errors spread as the two measurements do, the prediction is as close as the measurements
+    let it be; a mean error well off zero with a small spread is the model's own bias."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r["configuration"], []).append(r)
+    lines = [
+        "| configuration | sessions | ws1 step CV | target step CV | both | mean error | error SD | within 5% |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, rs in sorted(by.items()):
+        if len(rs) < 3:
+            continue
+        cv = [statistics.stdev(v) / statistics.mean(v) for v in
+              ([r["ws1_step_sec"] for r in rs], [r["measured_step_sec"] for r in rs])]  # fmt: skip
+        errors = [r["error"] for r in rs]
+        lines.append(
+            f"| {name} | {len(rs)} | {cv[0]:.1%} | {cv[1]:.1%} | {math.hypot(*cv):.1%} | "
+            f"{statistics.mean(errors):+.1%} | {statistics.stdev(errors):.1%} | "
+            f"{sum(abs(e) <= 0.05 for e in errors)} of {len(rs)} |"
+        )
+    return lines if len(lines) > 2 else []
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results_dir")
+    ap.add_argument("results_dirs", nargs="+", metavar="RESULTS_DIR",
+                    help="one session's result folder; several: each checked on its own, then pooled")  # fmt: skip
     ap.add_argument("--target", type=int, default=2, help="the world size predicted and compared (default 2)")
     ap.add_argument(
         "--kept",
@@ -119,53 +213,50 @@ def main() -> int:
     args = ap.parse_args()
     if args.target < 2:
         ap.error("--target must be 2 or more: world size 1 is what the prediction starts from")
-    runs = load_results(Path(args.results_dir)).runs
-    # the link as the smaller runs measured it: the target's own probe would be in sample, except at
-    # 2, whose 1-GPU runs have none (the probe needs two ranks); the predictions ahead use every
-    # run up to the target, its probe too
-    up_to = [r.data for r in runs if int(r.data.get("world_size") or 1) <= args.target]
-    widest = widest_sweep(up_to)
-    below = widest_sweep(d for d in up_to if int(d.get("world_size") or 1) < args.target)
-    sweep = widest if args.target == 2 and below is None else below
-    if sweep is None:
-        print(f"no link probe in the runs below world size {args.target}", file=sys.stderr)
-        return 2
-    node = Fabric(sweep, gpus_per_node=NODE)
-    node_ahead = Fabric(widest, gpus_per_node=NODE)
     kept = kept_predictions(args.kept, args.target)
-    rows, ahead = [], []
-    sizes_ahead = [n for n in (4, 8) if n > args.target and n <= NODE]
-    for name, members in sorted(group(runs).items()):
-        by_ws = {int(m["world_size"]): m for m in members if int(m["world_size"]) <= args.target}
-        if 1 not in by_ws or args.target not in by_ws:
-            continue
-        row = validate(name, by_ws, args.target, node)
-        if name in kept:
-            row["kept_step_sec"] = kept[name]
-            row["kept_error"] = kept[name] / row["measured_step_sec"] - 1
-        rows.append(row)
-        if sizes_ahead:
-            ahead.append(predict_config(name, list(by_ws.values()), sizes_ahead, node_ahead).to_dict())
-    if not rows:
-        print(f"no configuration was run at both world sizes 1 and {args.target}", file=sys.stderr)
+    several = len(args.results_dirs) > 1
+    done: dict[str, dict[str, Any]] = {}
+    for folder in args.results_dirs:
+        try:
+            done[folder] = validate_folder(folder, args.target, kept)
+        except NoRuns as exc:
+            print(exc if several else str(exc).split(": ", 1)[1], file=sys.stderr)
+            if not several:
+                return 2
+    if not done:
         return 2
-    summary = [shares(rows, "error", f"world size {args.target} predicted here")]
-    if kept:
-        where = ", ".join(args.kept)
-        summary.append(shares(rows, "kept_error", f"world size {args.target} predicted in {where}"))
-    text = "\n".join([*table(rows, args.target), "", *(s for s in summary if s)])
+    lines, summary, rows = [], [], []
+    for folder, got in done.items():
+        for row in got["rows"]:
+            row["folder"] = folder
+        rows.extend(got["rows"])
+        lines += [f"### {folder}", ""] if several else []
+        summary.append(shares(got["rows"], "error", f"world size {args.target} predicted here"))
+        if kept:
+            where = ", ".join(args.kept)
+            summary.append(shares(got["rows"], "kept_error", f"world size {args.target} predicted in {where}"))
+        lines += [*table(got["rows"], args.target), "", *(s for s in summary[-2 if kept else -1:] if s), ""]
+    if several:
+        summary += pooled(rows, args.target)
+        lines += ["### pooled", "", *pooled(rows, args.target)]
+        if table_of_spread := spread(rows):
+            lines += ["", "### the same configuration from one session to the next", "", *table_of_spread]
+    text = "\n".join(lines).rstrip()
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
     if args.json:
+        first = next(iter(done.values()))
         doc = {
             "target_world_size": args.target,
-            "link_probe_world_size": sweep.get("world_size"),
-            "link_probe_world_size_ahead": widest.get("world_size"),
+            "link_probe_world_size": first["probe"],
+            "link_probe_world_size_ahead": first["probe_ahead"],
             "validation": rows,
-            "summary": summary,
-            "predictions_ahead": ahead,
+            "summary": [s for s in summary if s],
+            "predictions_ahead": [c for got in done.values() for c in got["ahead"]],
         }
+        if several:
+            doc["folders"] = {f: {"link_probe_world_size": g["probe"]} for f, g in done.items()}
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0
 
