@@ -14,7 +14,16 @@ import time
 import pytest
 
 from llmbench_pytest.config.spec import RunSpec
-from llmbench_pytest.session.eta import START_S, Eta, Planned, expected_seconds
+from llmbench_pytest.session.eta import (
+    OFFLOAD_FACTOR,
+    OFFLOAD_SETUP_S,
+    PRIOR_SHARE,
+    START_S,
+    WINDOW_BUDGET_SHARE,
+    Eta,
+    Planned,
+    expected_seconds,
+)
 from llmbench_pytest.session.progress import duration, where
 
 SHORT = ("--llmbench-steps=3", "--llmbench-warmup=1")
@@ -34,8 +43,28 @@ def test_expected_cost_grows_with_the_work_and_with_offload():
     assert expected_seconds(spec(model="llama-125m")) > small
     zero2 = spec(strategy="zero2", device="cuda", model="llama-1b", seq_len=2048, dtype="bf16")
     steps_s = expected_seconds(zero2) - START_S["cuda"]
-    assert expected_seconds(zero2.replace(offload="cpu")) - START_S["cuda"] == pytest.approx(8 * steps_s)
+    offload = expected_seconds(zero2.replace(offload="cpu")) - START_S["cuda"] - OFFLOAD_SETUP_S
+    assert offload == pytest.approx(OFFLOAD_FACTOR["cpu"] * steps_s)
     assert expected_seconds(spec(), repeats=3) == pytest.approx(3 * small)
+
+
+def test_an_adaptive_window_is_guessed_at_its_share_of_the_budget_within_its_steps():
+    """A GPU window with a time budget: a quarter of it for a steady step, all of it for ZeRO-3's
+    host-bound one, unless its minimum steps take longer or its step cap less (the guess of 100
+    llama-1b steps was 31 s, where the window stops at the precision or at 20 s)."""
+    gpu = spec(device="cuda", model="llama-1b", seq_len=2048, dtype="bf16", per_device_batch=8, steps=100, warmup=2)
+    step_s = (expected_seconds(gpu.replace(steps=10)) - expected_seconds(gpu.replace(steps=9)))
+    fixed = expected_seconds(gpu) - 100 * step_s
+    budgeted = gpu.replace(min_steps=10, window_budget_s=20.0)
+    assert expected_seconds(budgeted) == pytest.approx(fixed + WINDOW_BUDGET_SHARE["steady"] * 20.0)
+    # ZeRO-3's host-bound steps run to the budget (same model and steps: the same fixed part)
+    zero3 = budgeted.replace(strategy="zero3")
+    ten_steps = zero3.replace(window_budget_s=0.0, steps=10, min_steps=0)
+    assert expected_seconds(zero3) - expected_seconds(ten_steps) == pytest.approx(20.0 - 10 * step_s)
+    # minimum steps longer than the share: the steps
+    assert expected_seconds(gpu.replace(min_steps=40, window_budget_s=20.0)) == pytest.approx(fixed + 40 * step_s)
+    # a cap shorter than the share: the cap
+    assert expected_seconds(budgeted.replace(steps=12)) == pytest.approx(fixed + 12 * step_s)
 
 
 def plan(*items: tuple[str, str, float]) -> Eta:
@@ -47,14 +76,34 @@ def test_eta_learns_from_finished_configurations_same_strategy_first():
     assert eta.remaining_s(now=0.0) == pytest.approx(70.0)  # the guesses, before anything ran
     eta.start("a", 0.0)
     eta.finish("a", 30.0)  # three times the guess
-    # b (ddp) and c (nothing of its own yet) both scale by 3
-    assert eta.remaining_s(now=30.0) == pytest.approx(3 * 20 + 3 * 40)
+    # b (ddp) scales by 3; c (nothing of its own yet) by all finished ones, drawn towards 1 by the
+    # prior: half the plan's 70 guessed seconds
+    prior = PRIOR_SHARE * 70.0
+    assert eta.remaining_s(now=30.0) == pytest.approx(3 * 20 + (30 + prior) / (10 + prior) * 40)
     eta.start("c", 30.0)
     eta.finish("c", 70.0)  # zero3_offload: exactly its guess; b still learns from a alone
     assert eta.remaining_s(now=70.0) == pytest.approx(60.0)
     eta.start("b", 70.0)
     assert eta.remaining_s(now=80.0) == pytest.approx(50.0)  # the running one counts down
     assert eta.place("b") == 3 and eta.place("zzz") is None
+
+
+def test_a_few_quick_configurations_do_not_shrink_every_other_guess():
+    """Two DDP runs that stopped at their precision in a quarter of their guess (a 2x H200 session:
+    4 s against 16 s) leave ZeRO-3's guess nearer its own than a quarter of it; many runs of the
+    same speed still move it (a machine truly faster than the guesses)."""
+    eta = plan(*[(f"d{i}", "ddp", 16.0) for i in range(2)], ("z", "zero3", 30.0), ("o", "zero2_offload", 38.0))
+    for i in range(2):
+        eta.start(f"d{i}", 4.0 * i)
+        eta.finish(f"d{i}", 4.0 * (i + 1))
+    left = eta.remaining_s(now=8.0)
+    assert 0.6 * 68 < left < 68  # before the prior: a quarter, 17 s
+    many = plan(*[(f"d{i}", "ddp", 16.0) for i in range(20)], ("z", "zero3", 30.0))
+    for i in range(20):
+        many.start(f"d{i}", 4.0 * i)
+        many.finish(f"d{i}", 4.0 * (i + 1))
+    # 80 s measured against 320 guessed, beside a prior of 175 s: 0.52 of ZeRO-3's guess
+    assert many.remaining_s(now=80.0) == pytest.approx((80 + 175) / (320 + 175) * 30)
 
 
 def test_eta_with_parallel_workers_and_failed_runs():

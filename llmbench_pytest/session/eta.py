@@ -2,16 +2,26 @@
 the configurations that already finished. Standard library only.
 
 Before a configuration runs, its cost is guessed in seconds (`expected_seconds`): a fixed start
-(torchrun, imports, rendezvous, building the model) plus every step it will run (warm-up,
-measured, profiled) at 6 x parameters x tokens FLOPs (the PaLM count without attention) per rank,
-at a sustained rate per rank, times a factor for optimizer offload. The constants come from issue
-14's runs: on the 2-core CPU machine llama-tiny trains at about 4e10 FLOP/s per rank and a
-configuration costs about 10 s outside its steps; on 1x H100 llama-1b DDP sustains about 3e14
-FLOP/s (0.31 s per step), ZeRO-2 with CPU offload takes about 9 times as long per step, and a
-configuration costs about 25 s outside its steps. They only set the configurations' weights
-relative to one another: as configurations finish, each remaining one's guess is scaled by the
-measured/guessed ratio of the finished ones with the same strategy, else of all finished ones
-(a ratio estimator), so a machine twice as fast as the guess halves the ETA after the first.
+(the rank's set-up outside its steps; offload's pinning of host memory on top) plus its unmeasured
+steps (warm-up, profiled) and its measured window, each step at 6 x parameters x tokens FLOPs (the
+PaLM count without attention) per rank at a sustained rate per rank, times a factor for optimizer
+offload. An adaptive window with a time budget (a GPU's) is guessed at a share of the budget, or
+its minimum steps where those take longer, never more than its step cap: a quarter where the step is
+steady (it stops at its precision after 10 to 15 steps), all of it for ZeRO-3 and offload, whose
+host-bound steps run to the budget (WINDOW_BUDGET_SHARE). The constants: on the 2-core CPU machine llama-tiny trains at
+about 4e10 FLOP/s per rank and a configuration costs about 10 s outside its steps (issue 14); on 1x
+H100 llama-1b DDP sustains about 3e14 FLOP/s (0.31 s per step); on 2x H200 and 1x H100 (2026-11-26
+and 27) a warm rank's configuration spent 1-2 s outside its steps and the first of a group 10-15 s,
+offload's steps took about 2 x DDP's and its set-up 7-10 s more.
+
+As configurations finish, each remaining one's guess is scaled by the measured/guessed ratio of the
+finished ones with the same strategy, else of all finished ones (a ratio estimator), that last one
+drawn towards 1 by a prior worth half the plan's guessed seconds: the suite's configurations differ
+by more than any one factor can tell (a DDP window that stops after 10 steps says little of a ZeRO-3
+one that runs to its budget), so a few quick ones must not shrink every other guess. Replayed over
+15 GPU sessions' result files (tools/eta_replay.py, docs/results/2026-11-27-eta-replay), the first
+ETA came within 0.74-1.29 of the session's length (before: 4.0-7.8 times it), the ETA's median
+error over a session fell from 23% to 8% (the median of the sessions), its largest from 103% to 29%.
 """
 
 from __future__ import annotations
@@ -25,12 +35,30 @@ from ..config.spec import SpecError
 if TYPE_CHECKING:
     from ..config.spec import RunSpec
 
-START_S = {"cpu": 10.0, "cuda": 25.0}
-"""Seconds a configuration costs outside its steps (measured: ~10 s on CPU, 13 + 11 s on H100)."""
+START_S = {"cpu": 10.0, "cuda": 5.0}
+"""Seconds a configuration costs outside its steps (measured: ~10 s on CPU; on a GPU 1-2 s on warm
+ranks, 10-15 s for a group's first configuration)."""
 RANK_FLOPS = {"cpu": 4e10, "cuda": 3e14}
 """Training FLOP/s one rank sustains (measured: llama-tiny on a CPU core, llama-1b DDP on H100)."""
-OFFLOAD_FACTOR = {"none": 1.0, "cpu": 8.0, "nvme": 12.0}
-"""Step-time multiple of optimizer offload (measured: zero2_offload ~9x DDP's step on H100)."""
+OFFLOAD_FACTOR = {"none": 1.0, "cpu": 2.2, "nvme": 12.0}
+"""Step-time multiple of optimizer offload (measured: zero2_offload 1.9-2.3x DDP's step on 2x H200
+with each rank's share of the cores, 2026-11-27; zero3_nvme on a virtio disk far more)."""
+OFFLOAD_SETUP_S = 8.0
+"""Seconds offload adds to a configuration's start: pinning its host memory (7-10 s on 2x H200)."""
+WINDOW_BUDGET_SHARE = {"steady": 0.25, "host_bound": 1.0}
+"""The share of its time budget an adaptive window is guessed to take: a steady GPU step reaches
+the precision after 10 to 15 steps (3-5 s of a 20 s budget for llama-1b), while ZeRO-3's and
+offload's host-bound steps ran to the budget in every session on 1x H100 and 2x H200
+(docs/results/2026-11-26-h100-pretrain-fresh-host-5, 2026-11-27-h200x2-side-by-side)."""
+
+
+def runs_to_budget(spec: RunSpec) -> bool:
+    """Whether a configuration's adaptive window is expected to end at its time budget rather than at
+    its precision: ZeRO-3 and optimizer offload, whose steps wait on the host."""
+    return spec.strategy == "zero3" or spec.offload != "none"
+PRIOR_SHARE = 0.5
+"""The weight, in shares of the plan's guessed seconds, that keeps the ratio learnt from other
+strategies' configurations near 1 (module docstring)."""
 _UNKNOWN_PARAMS = 100e6
 
 
@@ -56,11 +84,15 @@ def _params(spec: RunSpec) -> float:
 
 def expected_seconds(spec: RunSpec, repeats: int = 1) -> float:
     """A rough guess of one configuration's wall time; see the module's docstring."""
-    steps = spec.warmup + spec.steps + spec.profile_steps
     flops_per_rank = 6.0 * _params(spec) * spec.tokens_per_step / spec.world_size
     step_s = flops_per_rank / RANK_FLOPS.get(spec.device, RANK_FLOPS["cpu"])
     step_s *= OFFLOAD_FACTOR.get(spec.offload, 1.0)
-    return repeats * (START_S.get(spec.device, START_S["cpu"]) + steps * step_s)
+    window_s = spec.steps * step_s
+    if spec.window_budget_s > 0:
+        share = WINDOW_BUDGET_SHARE["host_bound" if runs_to_budget(spec) else "steady"]
+        window_s = min(window_s, max(spec.min_steps * step_s, share * spec.window_budget_s))
+    start_s = START_S.get(spec.device, START_S["cpu"]) + (OFFLOAD_SETUP_S if spec.offload != "none" else 0.0)
+    return repeats * (start_s + (spec.warmup + spec.profile_steps) * step_s + window_s)
 
 
 @dataclass(frozen=True)
@@ -134,7 +166,8 @@ class Eta:
         return sum(1 for n in self.started if n not in self.finished)
 
     def _scale(self, group: str) -> float:
-        """Measured over guessed seconds of the finished ones, same group first."""
+        """Measured over guessed seconds of the finished ones of the same group; else of all, drawn
+        towards 1 by PRIOR_SHARE of the plan's guessed seconds."""
         for same_group in (True, False):
             pairs = [
                 (wall, self.plan[n].expected_s)
@@ -143,7 +176,8 @@ class Eta:
             ]
             guessed = sum(g for _, g in pairs)
             if guessed > 0:
-                return sum(w for w, _ in pairs) / guessed
+                prior = 0.0 if same_group else PRIOR_SHARE * sum(p.expected_s for p in self.plan.values())
+                return (sum(w for w, _ in pairs) + prior) / (guessed + prior)
         return 1.0
 
     def remaining_s(self, now: float, workers: int = 1) -> float:
