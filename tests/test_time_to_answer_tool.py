@@ -20,7 +20,7 @@ def _tool():
     return module
 
 
-def _result(folder, name, window, total, ranks="warm", left=None, when=0):
+def _result(folder, name, window, total, ranks="warm", left=None, when=0, opened=None, lane=None):
     run = folder / f"bench-h-{name}-ws1-seq128_results"
     run.mkdir(parents=True)
     data = {
@@ -30,8 +30,10 @@ def _result(folder, name, window, total, ranks="warm", left=None, when=0):
         "leftover_after_run": left,
         "steps": 12,
         "metadata": {"test": f"t[{name}]"},
+        "side_by_side": lane,
         "timing": {
             "window_sec": window,
+            "window_started_at_unix": opened,
             "setup_sec": 1.0,
             "setup_phases": {
                 "import_sec": 1.5,
@@ -103,3 +105,28 @@ def test_a_fresh_start_names_the_run_that_ended_its_group(tmp_path, monkeypatch,
         "fresh ranks 3 times; caused by the run before: fsdp-ws1 after ddp-ws1 left 268 MB"
         in capsys.readouterr().out
     )
+
+
+def test_windows_side_by_side_count_once_in_the_measured_share(tmp_path, monkeypatch, capsys):
+    """Two lanes' windows that overlap for 2 s of their 4 and 3 s, and a third alone later: the wall
+    time with a window open is 4 + 3 - 2 + 1 = 6 s, where their sum is 8 s."""
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "res"
+    lane = {"lane": 1, "lanes": 2}
+    _result(results, "ddp", window=4.0, total=5.0, opened=1000.0, lane=lane)
+    _result(results, "fsdp", window=3.0, total=4.0, opened=1002.0, lane=lane | {"lane": 2})
+    _result(results, "zero2", window=1.0, total=2.0, opened=1010.0)
+    tool = _tool()
+    sleep = [sys.executable, "-c", "import time; time.sleep(0.1)"]
+    tool.main(["--json", "out.json", "--", *sleep, f"--llmbench-results-dir={results}"])
+    figures = json.loads((tmp_path / "out.json").read_text())
+    assert figures["measuring_sec"] == pytest.approx(6.0) and figures["windows_summed_sec"] == pytest.approx(8.0)
+    assert figures["measuring_counted"] == "wall time with a window open"
+    assert "counts each second once (summed over lanes: 8.0 s" in capsys.readouterr().out
+    # a run that does not say when its window opened (an older result): summed, as before
+    doc = json.loads((results / "bench-h-zero2-ws1-seq128_results" / "result.json").read_text())
+    doc["timing"].pop("window_started_at_unix")
+    (results / "bench-h-zero2-ws1-seq128_results" / "result.json").write_text(json.dumps(doc))
+    tool.main(["--json", "out.json", "--", *sleep, f"--llmbench-results-dir={results}"])
+    figures = json.loads((tmp_path / "out.json").read_text())
+    assert figures["measuring_sec"] == pytest.approx(8.0) and figures["measuring_counted"] == "windows summed"

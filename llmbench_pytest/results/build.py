@@ -361,6 +361,8 @@ def _timing(m: Measurement, meta: dict[str, Any]) -> dict[str, Any]:
     return {
         "method": m.timing_method,
         "window_sec": m.window_s,
+        # rank 0's wall clock when the window opened: windows on lanes overlap in time
+        "window_started_at_unix": m.timing.get("window_started_unix"),
         "sum_of_steps_sec": sum(m.step_times) if m.step_times else None,
         "setup_sec": m.setup_s,
         "setup_phases": m.timing.get("phases"),

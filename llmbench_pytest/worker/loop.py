@@ -75,6 +75,8 @@ class LoopSamples:
     default comes from (how many steps a configuration takes to settle)."""
     after_s: float = 0.0
     """Host time of the untimed steps after the window (census, profiled steps)."""
+    window_started_unix: float | None = None
+    """When the window opened (wall clock)."""
     stopped: str = "fixed"
     """Why the window ended: fixed (a set count or epochs), precision (reached), cap (reached first)."""
     plan: dict[str, Any] = field(default_factory=dict)
@@ -227,6 +229,7 @@ class Window:
             losses=[float(v) for v in torch.stack(step_losses).float().cpu()],
             warmup_losses=warmup_losses,
             window_s=self.clock.window_s,
+            window_started_unix=self.clock.window_started_unix,
             timing_method=self.clock.method,
             census=census,
             h2d_bytes=self.h2d_bytes,

@@ -159,7 +159,8 @@ def run_benchmark(
     timing = {"phases": phases, "ops": ops or None}
     if samples is not None:
         phases.update(warmup_sec=samples.warmup_s, after_window_sec=samples.after_s)
-        timing.update(measurement=samples.plan, stopped=samples.stopped, warmup_steps=samples.warmup_step_s)
+        timing.update(measurement=samples.plan, stopped=samples.stopped, warmup_steps=samples.warmup_step_s,
+                      window_started_unix=samples.window_started_unix)  # fmt: skip
     extras = {"h2d_link_gbps": held.get("link"), "leftover": left}
     measurement = combine(
         spec, ctx, status, error, samples, held.get("summary", {}), held.get("strategy_info", {}),

@@ -27,6 +27,9 @@ class StepClock:
         self._window_start = 0.0
         self.window_s = 0.0
         """Host-clock time of the whole measured window, synchronized at both ends."""
+        self.window_started_unix: float | None = None
+        """When the window opened, by the wall clock: where windows that ran side by side overlap
+        (tools/time_to_answer.py counts the wall time with a window open once)."""
 
     def _now(self) -> object:
         if self.cuda:
@@ -39,6 +42,7 @@ class StepClock:
         if self.cuda:
             torch.cuda.synchronize()
         self._window_start = time.perf_counter()
+        self.window_started_unix = time.time()
 
     def end_window(self) -> None:
         if self.cuda:
