@@ -13,7 +13,8 @@ from conftest import REPO
 def _session(tmp_path, rows):
     path = tmp_path / "tta.json"
     path.write_text(json.dumps({"rows": [
-        {"test": f"b.py::test_x[{s}-ws{w}-seq8-m]", "name": f"{s}-ws{w}", "status": "ok", "total": t}
+        {"test": f"b.py::test_x[{s}-ws{w}-seq8-m]", "name": f"{s}-ws{w}", "status": "ok", "total": t,
+         "window": t / 2}
         for s, w, t in rows
     ]}))  # fmt: skip
     return path
@@ -35,3 +36,7 @@ def test_side_by_side_packs_each_world_size_onto_its_lanes_and_runs_offload_alon
     ws4 = four["world_sizes"][2]
     assert ws4["assumed_from_world_size"] == 2 and ws4["one_at_a_time_sec"] == 56.0
     assert four["world_sizes"][1]["side_by_side_sec"] == 13.0 + 31.0  # two lanes: 12 | 8 + 5
+    # the floor: half of each time was its window; every configuration beside others, offload too:
+    # world size 1 on two lanes 15 | 5 + 3 + 2, world size 2 one lane 28
+    assert [r["windows_floor_sec"] for r in two["world_sizes"]] == [15.0, 28.0]
+    assert two["windows_floor_sec"] == 43.0 < two["side_by_side_sec"]

@@ -11,7 +11,11 @@ the same suite on a node of G GPUs, at world sizes 1, 2, 4, ... up to G, two way
 - *side by side* (what `pytest benchmarks/` does since --llmbench-side-by-side): at world size w,
   G / w configurations at once on disjoint GPUs (each with its own warm group of ranks), except those
   that load the host (CPU offload, NVMe, data from disk), which run alone;
-  each world size's configurations packed longest first onto the lanes.
+  each world size's configurations packed longest first onto the lanes;
+
+and the floor under both: the measured windows alone (no start, set-up, warm-up, profiled steps or
+teardown), every configuration beside others. No order of the suite beats it without shorter
+windows (the window's budget, the suite's configurations).
 
 A world size the sessions did not run takes its configuration's figure at the largest world size
 they did (weak scaling: the same work per GPU; the 4x H200 host of the issues ran test_pretrain at
@@ -36,8 +40,9 @@ HOST_HEAVY = ("_offload", "_nvme", "-disk")
 never beside another, as launch/lanes.alone_reason has it (CPU and NVMe offload, data from disk)."""
 
 
-def configurations(paths: list[Path]) -> dict[tuple[str, int], float]:
-    """(configuration without its world size, world size) -> seconds, from the sessions' rows."""
+def configurations(paths: list[Path], key: str = "total") -> dict[tuple[str, int], float]:
+    """(configuration without its world size, world size) -> seconds (`key`: its whole time, or its
+    window), from the sessions' rows."""
     out: dict[tuple[str, int], float] = {}
     for path in paths:
         for row in json.loads(path.read_text())["rows"]:
@@ -45,7 +50,7 @@ def configurations(paths: list[Path]) -> dict[tuple[str, int], float]:
                 continue
             test = row["test"].split("::")[-1]
             ws = int(row["name"].rsplit("-ws", 1)[1])
-            out[(test.replace(f"-ws{ws}-", "-"), ws)] = float(row["total"])
+            out[(test.replace(f"-ws{ws}-", "-"), ws)] = float(row.get(key) or 0.0)
     return out
 
 
@@ -65,12 +70,21 @@ def _packed(times: list[float], lanes: int) -> float:
     return max(free)
 
 
-def plan(measured: dict[tuple[str, int], float], gpus: int, extra: float) -> dict[str, Any]:
+def _at(measured: dict[tuple[str, int], float], w: int) -> dict[str, float]:
+    """Each configuration's seconds at world size w: measured there, else at its largest measured."""
+    names = sorted({name for name, _ in measured})
+    largest = {n: max(m for k, m in measured if k == n) for n in names}
+    return {n: measured.get((n, w), measured[(n, largest[n])]) for n in names}
+
+
+def plan(
+    measured: dict[tuple[str, int], float], gpus: int, extra: float, windows: dict[tuple[str, int], float]
+) -> dict[str, Any]:
     names = sorted({name for name, _ in measured})
     largest = {n: max(w for m, w in measured if m == n) for n in names}
     rows = []
     for w in _world_sizes(gpus):
-        times = {n: measured.get((n, w), measured[(n, largest[n])]) for n in names}
+        times = _at(measured, w)
         heavy = [t for n, t in times.items() if any(h in n for h in HOST_HEAVY)]
         light = [t for n, t in times.items() if not any(h in n for h in HOST_HEAVY)]
         rows.append(
@@ -82,6 +96,9 @@ def plan(measured: dict[tuple[str, int], float], gpus: int, extra: float) -> dic
                 else max(largest.values()),
                 "one_at_a_time_sec": sum(times.values()) + extra,
                 "side_by_side_sec": _packed(light, gpus // w) + sum(heavy) + extra / (gpus // w),
+                # the floor under any order of these windows: nothing but the measured windows, every
+                # configuration beside others, packed on the lanes
+                "windows_floor_sec": _packed(list(_at(windows, w).values()), gpus // w),
                 "lanes": gpus // w,
             }
         )
@@ -90,6 +107,7 @@ def plan(measured: dict[tuple[str, int], float], gpus: int, extra: float) -> dic
         "world_sizes": rows,
         "one_at_a_time_sec": sum(r["one_at_a_time_sec"] for r in rows),
         "side_by_side_sec": sum(r["side_by_side_sec"] for r in rows),
+        "windows_floor_sec": sum(r["windows_floor_sec"] for r in rows),
     }
 
 
@@ -109,13 +127,14 @@ def main() -> int:
     except ValueError:
         print(f"--gpus {args.gpus!r}: give GPU counts, comma-separated (2,4,8)", file=sys.stderr)
         return 2
-    plans = [plan(measured, g, args.extra_per_world_size) for g in sizes]
-    print("| GPUs | world sizes | one at a time | side by side |")
-    print("|---|---|---|---|")
+    windows = configurations(args.sessions, "window")
+    plans = [plan(measured, g, args.extra_per_world_size, windows) for g in sizes]
+    print("| GPUs | world sizes | one at a time | side by side | the windows alone, all side by side |")
+    print("|---|---|---|---|---|")
     for p in plans:
         ws = ", ".join(str(r["world_size"]) for r in p["world_sizes"])
-        one, side = p["one_at_a_time_sec"] / 60, p["side_by_side_sec"] / 60
-        print(f"| {p['gpus']} | {ws} | {one:.1f} min | {side:.1f} min |")
+        one, side, floor = (p[k] / 60 for k in ("one_at_a_time_sec", "side_by_side_sec", "windows_floor_sec"))
+        print(f"| {p['gpus']} | {ws} | {one:.1f} min | {side:.1f} min | {floor:.1f} min |")
     if args.json:
         args.json.write_text(
             json.dumps({"sessions": [str(s) for s in args.sessions], "plans": plans}, indent=1)
