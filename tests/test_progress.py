@@ -52,8 +52,10 @@ def test_an_adaptive_window_is_guessed_at_its_share_of_the_budget_within_its_ste
     """A GPU window with a time budget: a quarter of it for a steady step, all of it for ZeRO-3's
     host-bound one, unless its minimum steps take longer or its step cap less (the guess of 100
     llama-1b steps was 31 s, where the window stops at the precision or at 20 s)."""
-    gpu = spec(device="cuda", model="llama-1b", seq_len=2048, dtype="bf16", per_device_batch=8, steps=100, warmup=2)
-    step_s = (expected_seconds(gpu.replace(steps=10)) - expected_seconds(gpu.replace(steps=9)))
+    gpu = spec(
+        device="cuda", model="llama-1b", seq_len=2048, dtype="bf16", per_device_batch=8, steps=100, warmup=2
+    )
+    step_s = expected_seconds(gpu.replace(steps=10)) - expected_seconds(gpu.replace(steps=9))
     fixed = expected_seconds(gpu) - 100 * step_s
     budgeted = gpu.replace(min_steps=10, window_budget_s=20.0)
     assert expected_seconds(budgeted) == pytest.approx(fixed + WINDOW_BUDGET_SHARE["steady"] * 20.0)
@@ -62,7 +64,9 @@ def test_an_adaptive_window_is_guessed_at_its_share_of_the_budget_within_its_ste
     ten_steps = zero3.replace(window_budget_s=0.0, steps=10, min_steps=0)
     assert expected_seconds(zero3) - expected_seconds(ten_steps) == pytest.approx(20.0 - 10 * step_s)
     # minimum steps longer than the share: the steps
-    assert expected_seconds(gpu.replace(min_steps=40, window_budget_s=20.0)) == pytest.approx(fixed + 40 * step_s)
+    assert expected_seconds(gpu.replace(min_steps=40, window_budget_s=20.0)) == pytest.approx(
+        fixed + 40 * step_s
+    )
     # a cap shorter than the share: the cap
     assert expected_seconds(budgeted.replace(steps=12)) == pytest.approx(fixed + 12 * step_s)
 
@@ -92,7 +96,9 @@ def test_a_few_quick_configurations_do_not_shrink_every_other_guess():
     """Two DDP runs that stopped at their precision in a quarter of their guess (a 2x H200 session:
     4 s against 16 s) leave ZeRO-3's guess nearer its own than a quarter of it; many runs of the
     same speed still move it (a machine truly faster than the guesses)."""
-    eta = plan(*[(f"d{i}", "ddp", 16.0) for i in range(2)], ("z", "zero3", 30.0), ("o", "zero2_offload", 38.0))
+    eta = plan(
+        *[(f"d{i}", "ddp", 16.0) for i in range(2)], ("z", "zero3", 30.0), ("o", "zero2_offload", 38.0)
+    )
     for i in range(2):
         eta.start(f"d{i}", 4.0 * i)
         eta.finish(f"d{i}", 4.0 * (i + 1))

@@ -221,10 +221,14 @@ def test_lanes_train_beside_each_other_and_what_loads_the_host_alone(shared_benc
     assert offload["status"] == "ok" and "CPU offload" in offload["side_by_side"]["alone"]
     # each window says when it opened (time_to_answer.py counts overlapping windows once): the
     # one that ran alone opened after every lane's window had closed
-    opened = {r["strategy"]: r["timing"]["window_started_at_unix"] for r in runs.values() if r["status"] == "ok"}
+    opened = {
+        r["strategy"]: r["timing"]["window_started_at_unix"] for r in runs.values() if r["status"] == "ok"
+    }
     assert all(isinstance(t, float) for t in opened.values())
     assert all(
-        opened["zero2_offload"] >= opened[s] + runs[s]["timing"]["window_sec"] for s in opened if s != "zero2_offload"
+        opened["zero2_offload"] >= opened[s] + runs[s]["timing"]["window_sec"]
+        for s in opened
+        if s != "zero2_offload"
     )
     # it came last, with the node to itself: it started after every lane's run had ended
     test_lines = [ln for ln in result.outlines if re.search(r"test_pretrain\[\w+-ws1.*(PASSED|FAILED)", ln)]

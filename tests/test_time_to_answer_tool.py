@@ -120,7 +120,9 @@ def test_windows_side_by_side_count_once_in_the_measured_share(tmp_path, monkeyp
     sleep = [sys.executable, "-c", "import time; time.sleep(0.1)"]
     tool.main(["--json", "out.json", "--", *sleep, f"--llmbench-results-dir={results}"])
     figures = json.loads((tmp_path / "out.json").read_text())
-    assert figures["measuring_sec"] == pytest.approx(6.0) and figures["windows_summed_sec"] == pytest.approx(8.0)
+    assert figures["measuring_sec"] == pytest.approx(6.0) and figures["windows_summed_sec"] == pytest.approx(
+        8.0
+    )
     assert figures["measuring_counted"] == "wall time with a window open"
     assert "counts each second once (summed over lanes: 8.0 s" in capsys.readouterr().out
     # a run that does not say when its window opened (an older result): summed, as before

@@ -238,7 +238,10 @@ TOOLS = [
         ["tools/window_budget.py", "docs/results/2026-11-24-h100-verdicts/runs/host-b", "--budgets=20"],
         ["tools/warmup_steps.py", "docs/results/2026-11-26-h100-whole-suite/runs/call-A"],
         ["tools/scale_validation.py", "docs/results/2026-11-27-h200x2-overlap/runs-host3"],
-        ["tools/eta_replay.py", "docs/results/2026-11-27-h200x2-side-by-side/runs/pretrain-final-side-by-side"],
+        [
+            "tools/eta_replay.py",
+            "docs/results/2026-11-27-h200x2-side-by-side/runs/pretrain-final-side-by-side",
+        ],
         ["tools/suite_plan.py", "docs/results/2026-11-27-h200x2-many-gpus/tta_pretrain.json", "--gpus=2,8"],
     ],
     [["tools/time_xdist.py", "-n", "1", "--", *SMALL]],

@@ -56,10 +56,14 @@ def configurations(folder: Path) -> list[dict[str, Any]]:
 
 def replay(configs: list[dict[str, Any]]) -> dict[str, Any]:
     """The ETA at the start and after each end, beside the time really left."""
-    eta = Eta({c["name"]: Planned(c["name"], c["name"], c["spec"].name, expected_seconds(c["spec"]), c["at_once"])
-               for c in configs})  # fmt: skip
+    eta = Eta(
+        {c["name"]: Planned(c["name"], c["name"], c["spec"].name, expected_seconds(c["spec"]), c["at_once"])
+         for c in configs}
+    )  # fmt: skip
     begin, end = configs[0]["start"], max(c["end"] for c in configs)
-    events = sorted([(c["start"], 1, c["name"]) for c in configs] + [(c["end"], 0, c["name"]) for c in configs])
+    events = sorted(
+        [(c["start"], 1, c["name"]) for c in configs] + [(c["end"], 0, c["name"]) for c in configs]
+    )
     points = []
     for when, is_start, name in events:
         if is_start:
@@ -99,9 +103,9 @@ def main() -> int:
         got = out[folder] = replay(configs)
         median, largest = got["median_error"], got["largest_error"]
         print(
-            f"| {folder} | {got['configurations']} | {got['session_sec']:.0f} s | {got['first_eta_sec']:.0f} s | "
-            f"{got['first_eta_over_real']:.2f} | {'-' if median is None else f'{median:.0%}'} | "
-            f"{'-' if largest is None else f'{largest:.0%}'} |"
+            f"| {folder} | {got['configurations']} | {got['session_sec']:.0f} s | "
+            f"{got['first_eta_sec']:.0f} s | {got['first_eta_over_real']:.2f} | "
+            f"{'-' if median is None else f'{median:.0%}'} | {'-' if largest is None else f'{largest:.0%}'} |"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))

@@ -156,7 +156,12 @@ def validate_folder(folder: str, target: int, kept: dict[str, float]) -> dict[st
             ahead.append(predict_config(name, list(by_ws.values()), sizes_ahead, node_ahead).to_dict())
     if not rows:
         raise NoRuns(f"{folder}: no configuration was run at both world sizes 1 and {target}")
-    return {"rows": rows, "ahead": ahead, "probe": sweep.get("world_size"), "probe_ahead": widest.get("world_size")}
+    return {
+        "rows": rows,
+        "ahead": ahead,
+        "probe": sweep.get("world_size"),
+        "probe_ahead": widest.get("world_size"),
+    }
 
 
 def pooled(rows: list[dict[str, Any]], target: int) -> list[str]:
@@ -180,7 +185,8 @@ def spread(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         by.setdefault(r["configuration"], []).append(r)
     lines = [
-        "| configuration | sessions | ws1 step CV | target step CV | both | mean error | error SD | within 5% |",
+        "| configuration | sessions | ws1 step CV | target step CV | both | mean error | error SD "
+        "| within 5% |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, rs in sorted(by.items()):
@@ -199,8 +205,12 @@ def spread(rows: list[dict[str, Any]]) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results_dirs", nargs="+", metavar="RESULTS_DIR",
-                    help="one session's result folder; several: each checked on its own, then pooled")  # fmt: skip
+    ap.add_argument(
+        "results_dirs",
+        nargs="+",
+        metavar="RESULTS_DIR",
+        help="one session's result folder; several: each checked on its own, then pooled",
+    )
     ap.add_argument("--target", type=int, default=2, help="the world size predicted and compared (default 2)")
     ap.add_argument(
         "--kept",
@@ -234,8 +244,10 @@ def main() -> int:
         summary.append(shares(got["rows"], "error", f"world size {args.target} predicted here"))
         if kept:
             where = ", ".join(args.kept)
-            summary.append(shares(got["rows"], "kept_error", f"world size {args.target} predicted in {where}"))
-        lines += [*table(got["rows"], args.target), "", *(s for s in summary[-2 if kept else -1:] if s), ""]
+            summary.append(
+                shares(got["rows"], "kept_error", f"world size {args.target} predicted in {where}")
+            )
+        lines += [*table(got["rows"], args.target), "", *(s for s in summary[-2 if kept else -1 :] if s), ""]
     if several:
         summary += pooled(rows, args.target)
         lines += ["### pooled", "", *pooled(rows, args.target)]

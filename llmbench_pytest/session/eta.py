@@ -1,18 +1,18 @@
 """How long the rest of the session will take: each configuration's expected cost, corrected by
 the configurations that already finished. Standard library only.
 
-Before a configuration runs, its cost is guessed in seconds (`expected_seconds`): a fixed start
-(the rank's set-up outside its steps; offload's pinning of host memory on top) plus its unmeasured
-steps (warm-up, profiled) and its measured window, each step at 6 x parameters x tokens FLOPs (the
-PaLM count without attention) per rank at a sustained rate per rank, times a factor for optimizer
-offload. An adaptive window with a time budget (a GPU's) is guessed at a share of the budget, or
-its minimum steps where those take longer, never more than its step cap: a quarter where the step is
+Before a configuration runs, its cost is guessed in seconds (`expected_seconds`): a fixed start (the
+rank's set-up outside its steps; offload's pinning of host memory on top) plus its unmeasured steps
+(warm-up, profiled) and its measured window, each step at 6 x parameters x tokens FLOPs (the PaLM
+count without attention) per rank at a sustained rate per rank, times a factor for optimizer
+offload. An adaptive window with a time budget (a GPU's) is guessed at a share of the budget, or its
+minimum steps where those take longer, never more than its step cap: a quarter where the step is
 steady (it stops at its precision after 10 to 15 steps), all of it for ZeRO-3 and offload, whose
-host-bound steps run to the budget (WINDOW_BUDGET_SHARE). The constants: on the 2-core CPU machine llama-tiny trains at
-about 4e10 FLOP/s per rank and a configuration costs about 10 s outside its steps (issue 14); on 1x
-H100 llama-1b DDP sustains about 3e14 FLOP/s (0.31 s per step); on 2x H200 and 1x H100 (2026-11-26
-and 27) a warm rank's configuration spent 1-2 s outside its steps and the first of a group 10-15 s,
-offload's steps took about 2 x DDP's and its set-up 7-10 s more.
+host-bound steps run to the budget (WINDOW_BUDGET_SHARE). The constants: on the 2-core CPU machine
+llama-tiny trains at about 4e10 FLOP/s per rank and a configuration costs about 10 s outside its
+steps (issue 14); on 1x H100 llama-1b DDP sustains about 3e14 FLOP/s (0.31 s per step); on 2x H200
+and 1x H100 (2026-11-26 and 27) a warm rank's configuration spent 1-2 s outside its steps and the
+first of a group 10-15 s, offload's steps took about 2 x DDP's and its set-up 7-10 s more.
 
 As configurations finish, each remaining one's guess is scaled by the measured/guessed ratio of the
 finished ones with the same strategy, else of all finished ones (a ratio estimator), that last one
@@ -56,6 +56,8 @@ def runs_to_budget(spec: RunSpec) -> bool:
     """Whether a configuration's adaptive window is expected to end at its time budget rather than at
     its precision: ZeRO-3 and optimizer offload, whose steps wait on the host."""
     return spec.strategy == "zero3" or spec.offload != "none"
+
+
 PRIOR_SHARE = 0.5
 """The weight, in shares of the plan's guessed seconds, that keeps the ratio learnt from other
 strategies' configurations near 1 (module docstring)."""
