@@ -10,7 +10,7 @@ minimum steps where those take longer, never more than its step cap: a quarter w
 steady (it stops at its precision after 10 to 15 steps), all of it for ZeRO-3 and offload, whose
 host-bound steps run to the budget (WINDOW_BUDGET_SHARE). The constants: on the 2-core CPU machine
 llama-tiny trains at about 4e10 FLOP/s per rank and a configuration costs about 10 s outside its
-steps (issue 14); on 1x H100 llama-1b DDP sustains about 3e14 FLOP/s (0.31 s per step); on 2x H200
+steps; on 1x H100 llama-1b DDP sustains about 3e14 FLOP/s (0.31 s per step); on 2x H200
 and 1x H100 (2026-11-26 and 27) a warm rank's configuration spent 1-2 s outside its steps and the
 first of a group 10-15 s, offload's steps took about 2 x DDP's and its set-up 7-10 s more.
 
