@@ -117,10 +117,18 @@ def test_a_host_bound_step_that_waits_for_gathers_is_flagged_until_a_larger_run_
     assert (
         len(flags) == 1 and "host-bound: the GPU was busy 72%" in flags[0] and "likely too fast" in flags[0]
     )
-    # GPU-bound, or no gathers waited for (ZeRO-2's buckets), or no utilisation recorded: no flag
-    assert not predict_config("zero3", [{**zero3, "gpu_util_pct": 95.0}], [2], NODE).flags
+    # GPU-bound, but ZeRO-3 waits for a gather every 0.6 ms (477 in 0.3 s): flagged for that
+    (dense,) = predict_config("zero3", [{**zero3, "gpu_util_pct": 95.0}], [2], NODE).flags
+    assert "dense gathers: the step waits for a parameter gather every 0.6 ms" in dense
+    assert "likely too fast" in dense
+    # FSDP's 32 gathers in 0.3 s (one every 9.4 ms) on a GPU-bound step, ZeRO-2 (no gather waited
+    # for), or ZeRO-3 with no utilisation recorded and gathers far apart: no flag
+    fsdp = {**RUN, "strategy": "fsdp", "gpu_util_pct": 95.0}
+    assert not predict_config("fsdp", [fsdp], [2], NODE).flags
+    assert predict_config("fsdp", [{**fsdp, "gpu_util_pct": 60.0}], [2], NODE).flags  # host-bound
     assert not predict_config("zero2", [{**RUN, "gpu_util_pct": 30.0}], [2], NODE).flags
-    assert not predict_config("zero3", [{**RUN, "strategy": "zero3"}], [2], NODE).flags
+    sparse = {**RUN, "strategy": "zero3", "mean_step_time_sec": 3.0, "tokens_per_sec": 8 * 2048 / 3.0}
+    assert not predict_config("zero3", [sparse], [2], NODE).flags
     # a measured 2-GPU run anchors the prediction: its miss is carried instead
     two = {**zero3, "world_size": 2, "mean_step_time_sec": 0.31}
     assert not any("host-bound" in f for f in predict_config("zero3", [zero3, two], [4], NODE).flags)
