@@ -43,8 +43,12 @@ def test_expected_cost_grows_with_the_work_and_with_offload():
     assert expected_seconds(spec(model="llama-125m")) > small
     zero2 = spec(strategy="zero2", device="cuda", model="llama-1b", seq_len=2048, dtype="bf16")
     steps_s = expected_seconds(zero2) - START_S["cuda"]
-    offload = expected_seconds(zero2.replace(offload="cpu")) - START_S["cuda"] - OFFLOAD_SETUP_S
-    assert offload == pytest.approx(OFFLOAD_FACTOR["cpu"] * steps_s)
+    offload = expected_seconds(zero2.replace(offload="cpu")) - START_S["cuda"] - OFFLOAD_SETUP_S["cuda"]
+    assert offload == pytest.approx(OFFLOAD_FACTOR["cuda"]["cpu"] * steps_s)
+    # a CPU's offload keeps its own factor and pins nothing
+    cpu_steps_s = expected_seconds(spec()) - START_S["cpu"]
+    cpu_offload = expected_seconds(spec(strategy="zero2", offload="cpu")) - START_S["cpu"]
+    assert cpu_offload == pytest.approx(OFFLOAD_FACTOR["cpu"]["cpu"] * cpu_steps_s)
     assert expected_seconds(spec(), repeats=3) == pytest.approx(3 * small)
 
 
@@ -69,6 +73,20 @@ def test_an_adaptive_window_is_guessed_at_its_share_of_the_budget_within_its_ste
     )
     # a cap shorter than the share: the cap
     assert expected_seconds(budgeted.replace(steps=12)) == pytest.approx(fixed + 12 * step_s)
+    # a fixed step count (no minimum steps): its steps, whatever budget the spec carries
+    assert expected_seconds(gpu.replace(window_budget_s=20.0)) == pytest.approx(fixed + 100 * step_s)
+
+
+def test_an_epoch_window_is_guessed_at_its_budgets_share_not_at_one_step():
+    """The encoder-decoder's window measures epochs while its mean is unknown (steps=1, no minimum
+    steps): a quarter of the budget, where its steps alone guessed about a second."""
+    encdec = spec(device="cuda", model="encdec-50m", workload="seq2seq", dtype="bf16", per_device_batch=64,
+                  seq_len=256, steps=1, warmup=20)  # fmt: skip
+    step_s = expected_seconds(encdec.replace(steps=2)) - expected_seconds(encdec)
+    fixed = expected_seconds(encdec) - step_s
+    budgeted = encdec.replace(max_epoch_steps=100, window_budget_s=20.0)
+    assert 100 * step_s < WINDOW_BUDGET_SHARE["steady"] * 20.0
+    assert expected_seconds(budgeted) == pytest.approx(fixed + WINDOW_BUDGET_SHARE["steady"] * 20.0)
 
 
 def plan(*items: tuple[str, str, float]) -> Eta:

@@ -129,6 +129,8 @@ def test_a_host_bound_step_that_waits_for_gathers_is_flagged_until_a_larger_run_
     assert not predict_config("zero2", [{**RUN, "gpu_util_pct": 30.0}], [2], NODE).flags
     sparse = {**RUN, "strategy": "zero3", "mean_step_time_sec": 3.0, "tokens_per_sec": 8 * 2048 / 3.0}
     assert not predict_config("zero3", [sparse], [2], NODE).flags
+    # a CPU run's dense gathers are not the GPU's figures: no flag
+    assert not predict_config("zero3", [{**zero3, "gpu_util_pct": None, "device": "cpu"}], [2], NODE).flags
     # a measured 2-GPU run anchors the prediction: its miss is carried instead
     two = {**zero3, "world_size": 2, "mean_step_time_sec": 0.31}
     assert not any("host-bound" in f for f in predict_config("zero3", [zero3, two], [4], NODE).flags)

@@ -37,6 +37,9 @@ def test_side_by_side_packs_each_world_size_onto_its_lanes_and_runs_offload_alon
     assert ws4["assumed_from_world_size"] == 2 and ws4["one_at_a_time_sec"] == 56.0
     assert four["world_sizes"][1]["side_by_side_sec"] == 13.0 + 31.0  # two lanes: 12 | 8 + 5
     # the floor: half of each time was its window; every configuration beside others, offload too:
-    # world size 1 on two lanes 15 | 5 + 3 + 2, world size 2 one lane 28
+    # world size 1, windows 5, 3, 2, 15 on two lanes: no order beats the longest, 15 (their even
+    # share is 12.5); world size 2 on one lane: their sum, 28
     assert [r["windows_floor_sec"] for r in two["world_sizes"]] == [15.0, 28.0]
     assert two["windows_floor_sec"] == 43.0 < two["side_by_side_sec"]
+    # 4 GPUs, world size 2 on two lanes: 6, 4, 2.5, 15.5 -> the longest, 15.5; world size 1 on four: 15
+    assert [r["windows_floor_sec"] for r in four["world_sizes"]][:2] == [15.0, 15.5]

@@ -9,7 +9,10 @@ beside it), started and finished at the times result.json records (started_at, a
 total seconds after it). At the start and at each configuration's end the ETA is compared with the
 time the session really had left. Prints, per session: the first ETA against the session's real
 length, and the ETA's median and largest error over the ends (relative to the time that was left,
-the last few seconds left out, where any error is a large share of nothing).
+the last few seconds left out, where any error is a large share of nothing). One configuration at a
+time or on lanes, as result.json records; a pytest-xdist session's workers are not replayed as such.
+A folder of several sessions is replayed as one (the gaps between them count as no configuration's
+time): give each session's folder.
 """
 
 from __future__ import annotations
@@ -24,17 +27,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llmbench_pytest.config.spec import RunSpec
+from llmbench_pytest.config.spec import RunSpec, SpecError
 from llmbench_pytest.session.eta import Eta, Planned, expected_seconds
 
 TAIL_S = 30.0
 """Ends with less than this left are not judged: a few seconds off is a large share of nothing."""
 
 
-def _spec(run: dict[str, Any]) -> RunSpec:
-    fields = dict(run)
-    fields["model_config"] = tuple(tuple(kv) for kv in fields.get("model_config") or ())
-    return RunSpec(**fields)
+def _spec(run: dict[str, Any]) -> RunSpec | None:
+    """The run's spec as result.json recorded it, or None where this code reads it no more (a field
+    an older result carried that the spec has since dropped)."""
+    try:
+        return RunSpec.from_dict(run)
+    except (SpecError, TypeError, ValueError):
+        return None
 
 
 def configurations(folder: Path) -> list[dict[str, Any]]:
@@ -45,12 +51,15 @@ def configurations(folder: Path) -> list[dict[str, Any]]:
         run = (r.get("config") or {}).get("run")
         started = (r.get("metadata") or {}).get("started_at")
         total = ((r.get("timing") or {}).get("launch") or {}).get("total_sec")
-        if not run or not started or total is None:
+        spec = _spec(run) if run else None
+        if spec is None or not started or total is None:
             continue
         start = datetime.strptime(started, "%Y-%m-%dT%H:%M:%S%z").timestamp()
         lanes = (r.get("side_by_side") or {}).get("lanes") or 1
-        out.append({"name": path.parent.name, "spec": _spec(run), "start": start,
-                    "end": start + float(total), "at_once": int(lanes)})  # fmt: skip
+        name = str(path.parent.relative_to(folder))  # two sessions' runs of one name stay apart
+        out.append(
+            {"name": name, "spec": spec, "start": start, "end": start + float(total), "at_once": int(lanes)}
+        )
     return sorted(out, key=lambda c: c["start"])
 
 

@@ -16,7 +16,8 @@ check. Prints a markdown table and the shares within 5% and 10%.
 
 Several RESULTS_DIRs (sessions on different hosts) are each checked on their own, with their own
 link probe, then pooled: the shares over all of them, and apart for the predictions that raised a
-flag (plan/scale.py: inputs known worse than +-5%, a host-bound step that waits for gathers) and
+flag (plan/scale.py: inputs known worse than +-5%, a host-bound step that waits for gathers, dense
+gathers) and
 those that did not, which says whether the prediction knows when it is unsure.
 """
 
@@ -81,6 +82,7 @@ def validate(name: str, by_ws: dict[int, dict[str, Any]], target: int, node: Fab
 FLAG_NAMES = {
     "known only to": "inputs loose",
     "host-bound": "host-bound",
+    "dense gathers": "dense gathers",
     "misses the measured": "model missed",
     "moved": "bytes differ",
 }
@@ -169,11 +171,12 @@ def pooled(rows: list[dict[str, Any]], target: int) -> list[str]:
     flag (inputs known worse than +-5%, a host-bound step waiting for gathers) is the prediction
     saying it is unsure, so the two shares tell whether it knows when it is."""
     quiet = [r for r in rows if not r["flags"]]
-    return [
+    lines = [
         shares(rows, "error", f"world size {target} predicted, all folders"),
         shares(quiet, "error", "of them with no flag on the prediction"),
         shares([r for r in rows if r["flags"]], "error", "of them flagged"),
     ]
+    return [line for line in lines if line]
 
 
 def spread(rows: list[dict[str, Any]]) -> list[str]:
@@ -241,7 +244,8 @@ def main() -> int:
             row["folder"] = folder
         rows.extend(got["rows"])
         lines += [f"### {folder}", ""] if several else []
-        summary.append(shares(got["rows"], "error", f"world size {args.target} predicted here"))
+        here = f"in {folder}" if several else "here"
+        summary.append(shares(got["rows"], "error", f"world size {args.target} predicted {here}"))
         if kept:
             where = ", ".join(args.kept)
             summary.append(

@@ -7,7 +7,8 @@
 Runs the pytest command (results into a fresh directory under results/, which git ignores, unless
 the command or --results-dir names one), measures its wall time, then reads every result.json it
 wrote: the wall time with a measured window open (timing.window_sec from window_started_at_unix;
-windows that ran side by side overlap and count once), and its share of the wall time; per
+windows that overlap, on lanes or on pytest-xdist's workers, count once), and its share of the wall
+time; per
 configuration, where its time went (ranks starting, setup, DeepSpeed ops, warm-up, the window, the
 untimed steps after it, and the rest: teardown, checks, pytest). It prints a table, writes the
 figures as JSON (time_to_answer.json in the results directory unless --json says where), and with
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     if figures["side_by_side"]:
         how = (
             f"the wall time with a window open, {measuring:.1f} s, counts each second once (summed over "
-            f"lanes: {summed:.1f} s, {summed / wall:.0%})"
+            f"lanes: {summed:.1f} s{f', {summed / wall:.0%}' if wall > 0 else ''})"
             if once is not None
             else "these results do not say when their windows opened, so the share is summed over lanes "
             "and may pass 100%"

@@ -352,7 +352,8 @@ def host_bound_flag(base: dict[str, Any], colls: Sequence[Coll]) -> str | None:
     if not gathers or step <= 0:
         return None
     apart = step / gathers
-    dense = apart <= DENSE_GATHER_S
+    # the figures behind DENSE_GATHER_S are a GPU's; a CPU run's step says nothing of them
+    dense = apart <= DENSE_GATHER_S and base.get("device") in (None, "cuda")
     busy = None
     if util is not None:
         optimizer = min(float(base.get("optimizer_step_sec") or 0.0), 0.9 * step)

@@ -18,9 +18,11 @@ As configurations finish, each remaining one's guess is scaled by the measured/g
 finished ones with the same strategy, else of all finished ones (a ratio estimator), that last one
 drawn towards 1 by a prior worth half the plan's guessed seconds: the suite's configurations differ
 by more than any one factor can tell (a DDP window that stops after 10 steps says little of a ZeRO-3
-one that runs to its budget), so a few quick ones must not shrink every other guess. Replayed over
+one that runs to its budget), so a few quick ones must not shrink every other guess. The price: on a
+machine uniformly faster or slower than the guesses, a strategy not yet run follows the others only
+as evidence builds up (once half the plan's guessed seconds have run, halfway). Replayed over
 15 GPU sessions' result files (tools/eta_replay.py, docs/results/2026-11-27-eta-replay), the first
-ETA came within 0.74-1.29 of the session's length (before: 4.0-7.8 times it), the ETA's median
+ETA came within 0.87-1.29 of the session's length (before: 4.0-7.8 times it), the ETA's median
 error over a session fell from 23% to 8% (the median of the sessions), its largest from 103% to 29%.
 """
 
@@ -40,11 +42,16 @@ START_S = {"cpu": 10.0, "cuda": 5.0}
 ranks, 10-15 s for a group's first configuration)."""
 RANK_FLOPS = {"cpu": 4e10, "cuda": 3e14}
 """Training FLOP/s one rank sustains (measured: llama-tiny on a CPU core, llama-1b DDP on H100)."""
-OFFLOAD_FACTOR = {"none": 1.0, "cpu": 2.2, "nvme": 12.0}
-"""Step-time multiple of optimizer offload (measured: zero2_offload 1.9-2.3x DDP's step on 2x H200
-with each rank's share of the cores, 2026-11-27; zero3_nvme on a virtio disk far more)."""
-OFFLOAD_SETUP_S = 8.0
-"""Seconds offload adds to a configuration's start: pinning its host memory (7-10 s on 2x H200)."""
+OFFLOAD_FACTOR = {
+    "cpu": {"none": 1.0, "cpu": 8.0, "nvme": 12.0},
+    "cuda": {"none": 1.0, "cpu": 2.2, "nvme": 12.0},
+}
+"""Step-time multiple of optimizer offload, by device (a GPU: zero2_offload 1.9-2.3x DDP's step on
+2x H200 with each rank's share of the cores, 2026-11-27; zero3_nvme on a virtio disk far more; a CPU
+keeps the factor its sessions were guessed with)."""
+OFFLOAD_SETUP_S = {"cpu": 0.0, "cuda": 8.0}
+"""Seconds offload adds to a GPU configuration's start: pinning its host memory (7-10 s on 2x H200);
+a CPU run pins nothing."""
 WINDOW_BUDGET_SHARE = {"steady": 0.25, "host_bound": 1.0}
 """The share of its time budget an adaptive window is guessed to take: a steady GPU step reaches
 the precision after 10 to 15 steps (3-5 s of a 20 s budget for llama-1b), while ZeRO-3's and
@@ -84,17 +91,25 @@ def _params(spec: RunSpec) -> float:
     return 12.0 * layers * width**2 + 2.0 * c.get("vocab_size", 32000) * width
 
 
+def _window_s(spec: RunSpec, step_s: float) -> float:
+    """The measured window's guessed seconds: its steps, or for an adaptive window with a time budget
+    its budget's share (no less than its minimum steps, no more than its cap). An epoch-based window
+    (seq2seq) measures epochs while its mean is unknown, past its cap within the budget: its share."""
+    share = spec.window_budget_s * WINDOW_BUDGET_SHARE["host_bound" if runs_to_budget(spec) else "steady"]
+    if spec.workload == "seq2seq" and spec.window_budget_s > 0:
+        return min(max(spec.max_epoch_steps * step_s, share), spec.window_budget_s)
+    if spec.min_steps > 0 and spec.window_budget_s > 0:
+        return min(spec.steps * step_s, max(spec.min_steps * step_s, share))
+    return spec.steps * step_s
+
+
 def expected_seconds(spec: RunSpec, repeats: int = 1) -> float:
     """A rough guess of one configuration's wall time; see the module's docstring."""
+    device = spec.device if spec.device in START_S else "cpu"
     flops_per_rank = 6.0 * _params(spec) * spec.tokens_per_step / spec.world_size
-    step_s = flops_per_rank / RANK_FLOPS.get(spec.device, RANK_FLOPS["cpu"])
-    step_s *= OFFLOAD_FACTOR.get(spec.offload, 1.0)
-    window_s = spec.steps * step_s
-    if spec.window_budget_s > 0:
-        share = WINDOW_BUDGET_SHARE["host_bound" if runs_to_budget(spec) else "steady"]
-        window_s = min(window_s, max(spec.min_steps * step_s, share * spec.window_budget_s))
-    start_s = START_S.get(spec.device, START_S["cpu"]) + (OFFLOAD_SETUP_S if spec.offload != "none" else 0.0)
-    return repeats * (start_s + (spec.warmup + spec.profile_steps) * step_s + window_s)
+    step_s = flops_per_rank / RANK_FLOPS[device] * OFFLOAD_FACTOR[device].get(spec.offload, 1.0)
+    start_s = START_S[device] + (OFFLOAD_SETUP_S[device] if spec.offload != "none" else 0.0)
+    return repeats * (start_s + (spec.warmup + spec.profile_steps) * step_s + _window_s(spec, step_s))
 
 
 @dataclass(frozen=True)
