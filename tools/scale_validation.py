@@ -114,11 +114,15 @@ def table(rows: list[dict[str, Any]], target: int) -> list[str]:
     return lines
 
 
+def _within(errors: list[float], band: float) -> int:
+    return sum(abs(e) <= band for e in errors)
+
+
 def shares(rows: list[dict[str, Any]], key: str, what: str) -> str:
     judged = [r[key] for r in rows if key in r]
     if not judged:
         return ""
-    within = {b: sum(abs(e) <= b for e in judged) for b in (0.05, 0.10)}
+    within = {b: _within(judged, b) for b in (0.05, 0.10)}
     return (
         f"{what}, {len(judged)} configurations: {within[0.05]} ({within[0.05] / len(judged):.0%}) within 5%, "
         f"{within[0.10]} ({within[0.10] / len(judged):.0%}) within 10%"
@@ -140,7 +144,7 @@ def validate_folder(folder: str, target: int, kept: dict[str, float]) -> dict[st
     below = widest_sweep(d for d in up_to if int(d.get("world_size") or 1) < target)
     sweep = widest if target == 2 and below is None else below
     if sweep is None:
-        raise NoRuns(f"{folder}: no link probe in the runs below world size {target}")
+        raise NoRuns(f"no link probe in the runs below world size {target}")
     node = Fabric(sweep, gpus_per_node=NODE)
     node_ahead = Fabric(widest, gpus_per_node=NODE)
     rows, ahead = [], []
@@ -157,7 +161,7 @@ def validate_folder(folder: str, target: int, kept: dict[str, float]) -> dict[st
         if sizes_ahead:
             ahead.append(predict_config(name, list(by_ws.values()), sizes_ahead, node_ahead).to_dict())
     if not rows:
-        raise NoRuns(f"{folder}: no configuration was run at both world sizes 1 and {target}")
+        raise NoRuns(f"no configuration was run at both world sizes 1 and {target}")
     return {
         "rows": rows,
         "ahead": ahead,
@@ -168,8 +172,8 @@ def validate_folder(folder: str, target: int, kept: dict[str, float]) -> dict[st
 
 def pooled(rows: list[dict[str, Any]], target: int) -> list[str]:
     """The shares over every folder's rows, and over those the prediction raised no flag for: a
-    flag (inputs known worse than +-5%, a host-bound step waiting for gathers) is the prediction
-    saying it is unsure, so the two shares tell whether it knows when it is."""
+    flag (inputs known worse than +-5%, a host-bound step waiting for gathers, dense gathers) is the
+    prediction saying it is unsure, so the two shares tell whether it knows when it is."""
     quiet = [r for r in rows if not r["flags"]]
     lines = [
         shares(rows, "error", f"world size {target} predicted, all folders"),
@@ -201,7 +205,7 @@ def spread(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {name} | {len(rs)} | {cv[0]:.1%} | {cv[1]:.1%} | {math.hypot(*cv):.1%} | "
             f"{statistics.mean(errors):+.1%} | {statistics.stdev(errors):.1%} | "
-            f"{sum(abs(e) <= 0.05 for e in errors)} of {len(rs)} |"
+            f"{_within(errors, 0.05)} of {len(rs)} |"
         )
     return lines if len(lines) > 2 else []
 
@@ -233,7 +237,7 @@ def main() -> int:
         try:
             done[folder] = validate_folder(folder, args.target, kept)
         except NoRuns as exc:
-            print(exc if several else str(exc).split(": ", 1)[1], file=sys.stderr)
+            print(f"{folder}: {exc}" if several else exc, file=sys.stderr)
             if not several:
                 return 2
     if not done:
@@ -245,16 +249,16 @@ def main() -> int:
         rows.extend(got["rows"])
         lines += [f"### {folder}", ""] if several else []
         here = f"in {folder}" if several else "here"
-        summary.append(shares(got["rows"], "error", f"world size {args.target} predicted {here}"))
+        mine = [shares(got["rows"], "error", f"world size {args.target} predicted {here}")]
         if kept:
             where = ", ".join(args.kept)
-            summary.append(
-                shares(got["rows"], "kept_error", f"world size {args.target} predicted in {where}")
-            )
-        lines += [*table(got["rows"], args.target), "", *(s for s in summary[-2 if kept else -1 :] if s), ""]
+            mine.append(shares(got["rows"], "kept_error", f"world size {args.target} predicted in {where}"))
+        summary += [line for line in mine if line]
+        lines += [*table(got["rows"], args.target), "", *(line for line in mine if line), ""]
     if several:
-        summary += pooled(rows, args.target)
-        lines += ["### pooled", "", *pooled(rows, args.target)]
+        pooled_lines = pooled(rows, args.target)
+        summary += pooled_lines
+        lines += ["### pooled", "", *pooled_lines]
         if table_of_spread := spread(rows):
             lines += ["", "### the same configuration from one session to the next", "", *table_of_spread]
     text = "\n".join(lines).rstrip()
@@ -268,7 +272,7 @@ def main() -> int:
             "link_probe_world_size": first["probe"],
             "link_probe_world_size_ahead": first["probe_ahead"],
             "validation": rows,
-            "summary": [s for s in summary if s],
+            "summary": summary,
             "predictions_ahead": [c for got in done.values() for c in got["ahead"]],
         }
         if several:

@@ -77,21 +77,19 @@ def _floor(times: list[float], lanes: int) -> float:
     return max(sum(times) / max(1, lanes), max(times, default=0.0))
 
 
-def _at(measured: dict[tuple[str, int], float], w: int) -> dict[str, float]:
+def _at(measured: dict[tuple[str, int], float], w: int, largest: dict[str, int]) -> dict[str, float]:
     """Each configuration's seconds at world size w: measured there, else at its largest measured."""
-    names = sorted({name for name, _ in measured})
-    largest = {n: max(m for k, m in measured if k == n) for n in names}
-    return {n: measured.get((n, w), measured[(n, largest[n])]) for n in names}
+    return {n: measured.get((n, w), measured[(n, largest[n])]) for n in largest}
 
 
 def plan(
     measured: dict[tuple[str, int], float], gpus: int, extra: float, windows: dict[tuple[str, int], float]
 ) -> dict[str, Any]:
-    names = sorted({name for name, _ in measured})
-    largest = {n: max(w for m, w in measured if m == n) for n in names}
+    """`windows` holds the same configurations as `measured` (configurations() of the same rows)."""
+    largest = {n: max(w for m, w in measured if m == n) for n in sorted({name for name, _ in measured})}
     rows = []
     for w in _world_sizes(gpus):
-        times = _at(measured, w)
+        times = _at(measured, w, largest)
         heavy = [t for n, t in times.items() if any(h in n for h in HOST_HEAVY)]
         light = [t for n, t in times.items() if not any(h in n for h in HOST_HEAVY)]
         rows.append(
@@ -99,14 +97,14 @@ def plan(
                 "world_size": w,
                 "configurations": len(times),
                 "assumed_from_world_size": None
-                if any((n, w) in measured for n in names)
+                if any((n, w) in measured for n in largest)
                 else max(largest.values()),
                 "one_at_a_time_sec": sum(times.values()) + extra,
                 "side_by_side_sec": _packed(light, gpus // w) + sum(heavy) + extra / (gpus // w),
                 # the floor under any order of these windows: nothing but the measured windows, every
                 # configuration beside others; no packing on the lanes beats their even share, nor
                 # the longest window
-                "windows_floor_sec": _floor(list(_at(windows, w).values()), gpus // w),
+                "windows_floor_sec": _floor(list(_at(windows, w, largest).values()), gpus // w),
                 "lanes": gpus // w,
             }
         )
