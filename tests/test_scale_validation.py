@@ -77,6 +77,12 @@ def test_a_target_without_runs_below_it_is_refused(tmp_path):
         cwd=REPO, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and "no link probe in the runs below world size 4" in done.stderr
+    # a folder that is not there: one line naming it, no traceback
+    done = subprocess.run(
+        [sys.executable, "tools/scale_validation.py", str(tmp_path / "nowhere")],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "nowhere does not exist" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_several_sessions_are_checked_each_on_its_own_then_pooled(tmp_path):

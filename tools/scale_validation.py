@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llmbench_pytest.plan.network import Fabric, widest_sweep
 from llmbench_pytest.plan.scale import bus_bytes, predict_config, schedule
 from llmbench_pytest.plan.scale_command import group
-from llmbench_pytest.report.collect import load_results
+from llmbench_pytest.report.collect import ReportError, load_results
 
 NODE = 8
 """The GPUs of the node the predictions ahead assume (the larger hosts the issues check)."""
@@ -236,7 +236,7 @@ def main() -> int:
     for folder in args.results_dirs:
         try:
             done[folder] = validate_folder(folder, args.target, kept)
-        except NoRuns as exc:
+        except (NoRuns, ReportError) as exc:  # a folder that is missing or holds no run: its message
             print(f"{folder}: {exc}" if several else exc, file=sys.stderr)
             if not several:
                 return 2
