@@ -52,8 +52,7 @@ BAND = (
     "step time within 5% for 60% of 124 predictions and within 10% for 72%; of the 81 that raised no "
     "flag, 83% and 91%. The configurations whose steps reproduce from host to host (DDP, FSDP, "
     "fsdp_grad_op, ZeRO-0/1/2 on llama-1b, the default LoRA under DDP and ZeRO-2) were within 5.3% every "
-    "time; "
-    "the encoder-decoder's and zero2_offload's measured steps move 10-21% from one host to the next, "
+    "time; the encoder-decoder's and zero2_offload's measured steps move 10-21% from one host to the next, "
     "and steps that wait for dense or host-bound parameter gathers (ZeRO-3, FSDP on the encoder-decoder) "
     "ran 14% slower than predicted at the median (flagged). World size 4 from the 1- and 2-GPU runs: "
     "11 of 19 within 5% and 16 within 10% on 4x H200, 6 of 7 and 7 of 7 on 4x H100 (pre-training "
@@ -80,13 +79,13 @@ below which a step is host-bound: in the 2x H200 validation the misses that wait
 gathers were busy 26-74% of it, the GPU-bound runs 86-100%; zero3_offload (70-71%) is flagged too and
 was predicted within 2% on two hosts of three (docs/results/2026-11-27-h200x2-overlap)."""
 DENSE_GATHER_S = 0.004
-"""A step that waits for a parameter gather this often or more is flagged whatever the GPU's busy
-share. Over twelve sessions on 2x H200, 4x H200 and 4x H100 (docs/results/2026-11-27-scale-pooled
-and the three after it), the 29 predictions of world size 2 for steps with a gather every 0.7-4.0 ms
-(ZeRO-3, zero3_offload, LoRA under ZeRO-3, FSDP on the 50M encoder-decoder) were 14% too fast at
-the median and beyond 5% too fast in 25, ZeRO-3 by 34% and 16% on hosts whose 1-GPU step was
-GPU-bound (no host-bound flag); the 22 with one every 4.1-18 ms (FSDP and fsdp_grad_op on
-llama-1b, FSDP LoRA, one FSDP encoder-decoder) were within 4.5% in 20."""
+"""A step that waits for a parameter gather at intervals this short or shorter is flagged whatever the
+GPU's busy share. Over twelve sessions on 2x H200, 4x H200 and 4x H100
+(docs/results/2026-11-27-scale-pooled and the three after it), the 29 predictions of world size 2
+for steps with a gather every 0.7-4.0 ms (ZeRO-3, zero3_offload, LoRA under ZeRO-3, FSDP on the 50M
+encoder-decoder) were 14% too fast at the median and beyond 5% too fast in 25, ZeRO-3 by 34% and 16%
+on hosts whose 1-GPU step was GPU-bound (no host-bound flag); the 22 with one every 4.1-18 ms (FSDP
+and fsdp_grad_op on llama-1b, FSDP LoRA, one FSDP encoder-decoder) were within 4.5% in 20."""
 
 
 @dataclass(frozen=True)
