@@ -11,9 +11,12 @@ import sys
 
 import pytest
 from test_readme_commands import FIRST_RUN, first_run  # noqa: F401 (the README's first run, shared)
+from test_report import make_result, write_run
 
 from llmbench_pytest.plan.network import NIC_EFFICIENCY, Fabric, network
 from llmbench_pytest.plan.scale import Coll, bus_bytes, exposed_sec, optimizer_share, predict_config, schedule
+from llmbench_pytest.report.collect import load_results
+from llmbench_pytest.report.scaling import group
 
 GIB = 2**30
 
@@ -181,3 +184,30 @@ def test_a_cpu_session_at_one_and_two_ranks_gives_a_prediction(first_run, tmp_pa
         [*cmd, "--world-sizes", "64"], capture_output=True, text=True, check=False, timeout=120
     )
     assert beyond.returncode == 2 and "name the network between them (--network 400G" in beyond.stderr
+
+
+def test_configurations_a_short_name_cannot_tell_apart_each_keep_their_own_runs(tmp_path):
+    """The LoRA diagnostic's rank and fp16 variants share the plain LoRA run's short name (strategy,
+    model, sequence, batch, workload): each must stay a configuration of its own in `llmbench scale`
+    and tools/scale_validation.py, not be dropped or predicted from another's runs."""
+    variants = {"plain": ("bf16", 16), "fp16": ("fp16", 16), "rank": ("bf16", 8)}
+    for variant, (dtype, rank) in variants.items():
+        for ws, step in ((1, 0.30), (2, 0.31)):
+            r = make_result("ddp", ws=ws, step=step * (2 if dtype == "fp16" else 1))
+            r |= {"workload": "lora", "dtype": dtype, "lora_rank": rank}
+            write_run(tmp_path / variant, r)
+    write_run(tmp_path / "other", make_result("zero2", ws=1))
+    write_run(tmp_path / "other2", make_result("zero2", ws=2))
+    groups = group(load_results(tmp_path).runs)
+    base = "ddp llama-tiny seq128 b2x1 lora"
+    told = [
+        f"{base} dtype=bf16 lora_rank=16",
+        f"{base} dtype=fp16 lora_rank=16",
+        f"{base} dtype=bf16 lora_rank=8",
+    ]
+    # a name that one configuration alone has keeps its short form
+    assert sorted(groups) == sorted([*told, "zero2 llama-tiny seq128 b2x1"])
+    for name, members in groups.items():
+        assert [m["world_size"] for m in members] == [1, 2], name
+        assert len({(m["dtype"], m.get("lora_rank")) for m in members}) == 1, name
+    assert {m["dtype"] for m in groups[f"{base} dtype=fp16 lora_rank=16"]} == {"fp16"}

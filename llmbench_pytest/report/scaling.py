@@ -180,10 +180,14 @@ def _session(config: Config) -> str | None:
 
 def group(runs: Sequence[Run]) -> dict[str, list[dict[str, Any]]]:
     """Configurations (every setting but the world size, weak scaling) -> their runs' result.json,
-    one per world size (the last read where a folder holds one twice)."""
+    one per world size (the last read where a folder holds one twice). Each configuration keeps a
+    name of its own: two that the short name cannot tell apart (the LoRA diagnostic's rank and
+    fp16 variants beside the plain LoRA run, or one folder of two GPU models) get the settings
+    they differ in appended, so that neither is dropped or merged into the other."""
     from .configs import config_key
 
     out: dict[Any, dict[int, dict[str, Any]]] = {}
+    keys: dict[Any, ConfigKey] = {}
     names: dict[Any, str] = {}
     for run in runs:
         r = run.data
@@ -191,8 +195,33 @@ def group(runs: Sequence[Run]) -> dict[str, list[dict[str, Any]]]:
             continue
         key = weak_series(config_key(run))
         out.setdefault(key, {})[int(r.get("world_size") or 1)] = r
+        keys.setdefault(key, config_key(run))
         names.setdefault(key, _name(r))
+    names = _told_apart(names, keys)
     return {names[k]: [v[w] for w in sorted(v)] for k, v in out.items()}
+
+
+_TOLD_APART = (
+    "dtype", "lora_rank", "optimizer", "grad_ckpt", "compile", "fused_loss", "fp8", "attention", "hardware",
+)  # fmt: skip
+"""The settings of a weak series that its short name (_name) leaves out, in the order appended."""
+
+
+def _told_apart(names: dict[Any, str], keys: dict[Any, ConfigKey]) -> dict[Any, str]:
+    """`names` with each name that several configurations share suffixed by the settings in which
+    they differ ('ddp mistral-7b seq1024 b4x1 lora dtype=fp16'); a name of one keeps its form,
+    which the kept validation files and earlier reports use."""
+    shared: dict[str, list[Any]] = {}
+    for k, name in names.items():
+        shared.setdefault(name, []).append(k)
+    out = dict(names)
+    for name, ks in shared.items():
+        if len(ks) < 2:
+            continue
+        differ = [f for f in _TOLD_APART if len({getattr(keys[k], f) for k in ks}) > 1]
+        for k in ks:
+            out[k] = " ".join([name, *(f"{f}={getattr(keys[k], f)}" for f in differ)])
+    return out
 
 
 def _name(r: dict[str, Any]) -> str:
