@@ -43,3 +43,44 @@ def test_side_by_side_packs_each_world_size_onto_its_lanes_and_runs_offload_alon
     assert two["windows_floor_sec"] == 43.0 < two["side_by_side_sec"]
     # 4 GPUs, world size 2 on two lanes: 6, 4, 2.5, 15.5 -> the longest, 15.5; world size 1 on four: 15
     assert [r["windows_floor_sec"] for r in four["world_sizes"]][:2] == [15.0, 15.5]
+
+
+def _plan(tmp_path, rows, *options):
+    out = tmp_path / "plan.json"
+    cmd = [sys.executable, "tools/suite_plan.py", str(_session(tmp_path, rows)), "--gpus=2", f"--json={out}"]
+    done = subprocess.run([*cmd, *options], cwd=REPO, capture_output=True, text=True, check=False)
+    return done, (json.loads(out.read_text()) if done.returncode == 0 else None)
+
+
+ROWS = [("ddp", 1, 10.0), ("fsdp", 1, 6.0), ("zero2-disk", 1, 8.0),
+        ("ddp", 2, 12.0), ("fsdp", 2, 8.0), ("zero2-disk", 2, 9.0)]  # fmt: skip
+
+
+def test_a_shorter_suite_is_planned_with_its_configurations_or_windows_cut_and_says_so(tmp_path):
+    """The options a decision on the suite's time chooses between, planned from the same rows."""
+    _, whole = _plan(tmp_path, ROWS)
+    assert whole["what_if"] is None and whole["plans"][0]["one_at_a_time_sec"] == 24.0 + 29.0
+    done, doc = _plan(tmp_path, ROWS, "--leave-out=*fsdp*")
+    assert "planned with: left out *fsdp*" in done.stdout
+    assert [r["one_at_a_time_sec"] for r in doc["plans"][0]["world_sizes"]] == [18.0, 21.0]
+    # the disk configuration at world size 1 only: it still runs alone there, and is gone at 2
+    _, doc = _plan(tmp_path, ROWS, "--only-at-one=*-disk*")
+    one, two = doc["plans"][0]["world_sizes"]
+    assert one["side_by_side_sec"] == 10.0 + 8.0 and one["configurations"] == 3
+    assert two["one_at_a_time_sec"] == 20.0 and two["configurations"] == 2
+    # windows (half of each time) above world size 1 ended at 4 s: 6, 4 and 4.5 s lose 2, 0, 0.5
+    done, doc = _plan(tmp_path, ROWS, "--window-cap=4")
+    one, two = doc["plans"][0]["world_sizes"]
+    assert one["one_at_a_time_sec"] == 24.0 and two["one_at_a_time_sec"] == 29.0 - 2.5
+    assert two["windows_floor_sec"] == 4.0 + 4.0 + 4.0 and "ended at 4 s" in doc["what_if"]
+
+
+def test_a_what_if_that_names_nothing_or_an_impossible_window_is_refused(tmp_path):
+    done, _ = _plan(tmp_path, ROWS, "--leave-out=test_lora*")
+    assert (
+        done.returncode == 2 and "'test_lora*' matches no configuration; they are named like" in done.stderr
+    )
+    done, _ = _plan(tmp_path, ROWS, "--window-cap=0")
+    assert done.returncode == 2 and "--window-cap 0.0: give the longest window in seconds" in done.stderr
+    done, _ = _plan(tmp_path, ROWS, "--leave-out=*")
+    assert done.returncode == 2 and "left no configuration" in done.stderr
