@@ -84,3 +84,23 @@ def test_a_what_if_that_names_nothing_or_an_impossible_window_is_refused(tmp_pat
     assert done.returncode == 2 and "--window-cap 0.0: give the longest window in seconds" in done.stderr
     done, _ = _plan(tmp_path, ROWS, "--leave-out=*")
     assert done.returncode == 2 and "left no configuration" in done.stderr
+
+
+def test_a_suite_measured_in_several_sessions_is_added_up_and_one_stopped_early_is_named(tmp_path):
+    """A suite that takes more than one device call runs as several sessions: its wall time is their
+    sum and its measured share their windows over that sum, not an average of the shares."""
+    paths = []
+    for i, (wall, windows, status) in enumerate(((100.0, 70.0, 0), (300.0, 150.0, 124))):
+        path = tmp_path / f"tta{i}.json"
+        row = {"test": "b.py::test_x[ddp-ws1-seq8-m]", "name": "ddp-ws1", "status": "ok", "total": 5.0}
+        doc = {"wall_sec": wall, "measuring_sec": windows, "exit_code": status, "configurations": 2 + i}
+        path.write_text(json.dumps({**doc, "rows": [row]}))
+        paths.append(str(path))
+    out = tmp_path / "plan.json"
+    done = subprocess.run([sys.executable, "tools/suite_plan.py", *paths, "--gpus=2", f"--json={out}"],
+                          cwd=REPO, capture_output=True, text=True, check=True)  # fmt: skip
+    measured = json.loads(out.read_text())["measured"]
+    assert measured["wall_sec"] == 400.0 and measured["window_open_share"] == 220.0 / 400.0
+    assert measured["stopped_early"] == [paths[1]] and measured["configurations"] == 5
+    assert "measured: 5 configurations in 2 session(s), 100.0 + 300.0 = 400.0 s" in done.stdout
+    assert "(55.00%); stopped before its end" in done.stdout

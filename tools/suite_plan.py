@@ -28,6 +28,10 @@ session (a fresh host's DeepSpeed builds, overlapped with the first configuratio
 --extra-per-world-size adds what the sessions' files do not hold (the LoRA diagnostic matrix: about
 65 s a world size on 2x H200).
 
+Its first line adds the sessions up as they ran: a suite measured in several sessions (one device
+call each) took their walls' sum, and its measured share is their windows over that sum; a session
+its command stopped early (a call's time limit) is named.
+
 What a shorter suite would take, for a decision between its options (planned, not measured: the
 suite is not changed by them):
 - `--leave-out GLOB`: configurations whose test id without its world size matches (fnmatch, e.g.
@@ -154,6 +158,38 @@ def plan(
     }
 
 
+def measured_sessions(paths: list[Path]) -> dict[str, Any]:
+    """The sessions as they ran, added up: a suite measured in several sessions (one device call
+    each) has its wall time as their sum and its measured share as their windows' (each session's
+    counted once where lanes overlap, time_to_answer.py's measuring_sec) over that sum."""
+    docs = [json.loads(path.read_text()) for path in paths]
+    walls = [float(d.get("wall_sec") or 0.0) for d in docs]
+    windows = [float(d.get("measuring_sec") or 0.0) for d in docs]
+    wall = sum(walls)
+    return {
+        "sessions": len(docs),
+        "configurations": sum(int(d.get("configurations") or 0) for d in docs),
+        "wall_sec": wall,
+        "walls_sec": walls,
+        "window_open_sec": sum(windows),
+        "window_open_share": sum(windows) / wall if wall else None,
+        "stopped_early": [
+            str(p) for p, d in zip(paths, docs, strict=True) if d.get("exit_code") not in (0, 1, None)
+        ],
+    }
+
+
+def _measured_line(m: dict[str, Any]) -> str:
+    walls = " + ".join(f"{w:.1f}" for w in m["walls_sec"])
+    share = f" ({m['window_open_share']:.2%})" if m["window_open_share"] is not None else ""
+    early = f"; stopped before its end (exit status not 0 or 1): {', '.join(m['stopped_early'])}"
+    return (
+        f"measured: {m['configurations']} configurations in {m['sessions']} session(s), {walls} = "
+        f"{m['wall_sec']:.1f} s ({m['wall_sec'] / 60:.1f} min), a window open {m['window_open_sec']:.1f} s"
+        f"{share}{early if m['stopped_early'] else ''}"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sessions", nargs="+", type=Path, help="tools/time_to_answer.py JSON files")
@@ -194,6 +230,8 @@ def main() -> int:
     at_one = frozenset(n for n, _ in measured if any(fnmatch.fnmatch(n, g) for g in args.only_at_one))
     plans = [plan(measured, g, args.extra_per_world_size, windows, at_one) for g in sizes]
     has_floor = any(windows.values())
+    sessions = measured_sessions(args.sessions)
+    print(_measured_line(sessions))
     changes = _changes(args)
     if changes:
         print(f"planned with: {changes}")
@@ -205,7 +243,12 @@ def main() -> int:
         least = f"{floor:.1f} min" if has_floor else "-"
         print(f"| {p['gpus']} | {ws} | {one:.1f} min | {side:.1f} min | {least} |")
     if args.json:
-        doc = {"sessions": [str(s) for s in args.sessions], "what_if": changes or None, "plans": plans}
+        doc = {
+            "sessions": [str(s) for s in args.sessions],
+            "measured": sessions,
+            "what_if": changes or None,
+            "plans": plans,
+        }
         args.json.write_text(json.dumps(doc, indent=1))
     return 0
 
