@@ -189,25 +189,37 @@ def test_a_cpu_session_at_one_and_two_ranks_gives_a_prediction(first_run, tmp_pa
 def test_configurations_a_short_name_cannot_tell_apart_each_keep_their_own_runs(tmp_path):
     """The LoRA diagnostic's rank and fp16 variants share the plain LoRA run's short name (strategy,
     model, sequence, batch, workload): each must stay a configuration of its own in `llmbench scale`
-    and tools/scale_validation.py, not be dropped or predicted from another's runs."""
+    and tools/scale_validation.py, not be dropped or predicted from another's runs, and be named
+    alike whatever else its folder holds (kept predictions are matched by name across folders)."""
     variants = {"plain": ("bf16", 16), "fp16": ("fp16", 16), "rank": ("bf16", 8)}
     for variant, (dtype, rank) in variants.items():
         for ws, step in ((1, 0.30), (2, 0.31)):
             r = make_result("ddp", ws=ws, step=step * (2 if dtype == "fp16" else 1))
             r |= {"workload": "lora", "dtype": dtype, "lora_rank": rank}
-            write_run(tmp_path / variant, r)
-    write_run(tmp_path / "other", make_result("zero2", ws=1))
-    write_run(tmp_path / "other2", make_result("zero2", ws=2))
-    groups = group(load_results(tmp_path).runs)
+            write_run(tmp_path / "all" / variant, r)
+            if variant == "plain":
+                write_run(tmp_path / "plain-alone", r)
+    write_run(tmp_path / "all" / "other", make_result("zero2", ws=1))
+    write_run(tmp_path / "all" / "other2", make_result("zero2", ws=2))
+    groups = group(load_results(tmp_path / "all").runs)
     base = "ddp llama-tiny seq128 b2x1 lora"
-    told = [
-        f"{base} dtype=bf16 lora_rank=16",
-        f"{base} dtype=fp16 lora_rank=16",
-        f"{base} dtype=bf16 lora_rank=8",
-    ]
-    # a name that one configuration alone has keeps its short form
-    assert sorted(groups) == sorted([*told, "zero2 llama-tiny seq128 b2x1"])
+    told = [base, f"{base} dtype=fp16", f"{base} lora_rank=8", "zero2 llama-tiny seq128 b2x1"]
+    assert sorted(groups) == sorted(told)
     for name, members in groups.items():
         assert [m["world_size"] for m in members] == [1, 2], name
         assert len({(m["dtype"], m.get("lora_rank")) for m in members}) == 1, name
-    assert {m["dtype"] for m in groups[f"{base} dtype=fp16 lora_rank=16"]} == {"fp16"}
+    assert {m["dtype"] for m in groups[f"{base} dtype=fp16"]} == {"fp16"}
+    assert {m["lora_rank"] for m in groups[base]} == {16}
+    assert list(group(load_results(tmp_path / "plain-alone").runs)) == [base]
+
+
+def test_one_configuration_on_two_gpu_models_in_one_folder_is_two_named_by_their_gpu(tmp_path):
+    for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+        for ws in (1, 2):
+            write_run(tmp_path / gpu.split()[-1], make_result("ddp", ws=ws, gpu=gpu))
+    groups = group(load_results(tmp_path).runs)
+    assert sorted(groups) == [
+        "ddp llama-tiny seq128 b2x1 hardware=NVIDIA H100 80GB HBM3",
+        "ddp llama-tiny seq128 b2x1 hardware=NVIDIA H200",
+    ]
+    assert all(len(members) == 2 for members in groups.values())

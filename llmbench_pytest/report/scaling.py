@@ -18,6 +18,7 @@ card's "50% at 2 GPUs as baseline" is a convention this project does not copy.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -180,15 +181,18 @@ def _session(config: Config) -> str | None:
 
 def group(runs: Sequence[Run]) -> dict[str, list[dict[str, Any]]]:
     """Configurations (every setting but the world size, weak scaling) -> their runs' result.json,
-    one per world size (the last read where a folder holds one twice). Each configuration keeps a
-    name of its own: two that the short name cannot tell apart (the LoRA diagnostic's rank and
-    fp16 variants beside the plain LoRA run, or one folder of two GPU models) get the settings
-    they differ in appended, so that neither is dropped or merged into the other."""
+    one per world size (the last read where a folder holds one twice; a multi-node run and a
+    one-node run at the same world size are one series, as `weak_series` has it). Each
+    configuration's name says every setting it does not share with the suite's defaults (the
+    LoRA diagnostic's 'dtype=fp16' and 'lora_rank=8' beside the plain LoRA run), whatever else the
+    folder holds, so that the same configuration is named alike in every folder (the kept
+    validation files match by name) and no two merge; two that still share a name (one folder of
+    two GPU models) get what tells them apart appended."""
     from .configs import config_key
 
     out: dict[Any, dict[int, dict[str, Any]]] = {}
-    keys: dict[Any, ConfigKey] = {}
     names: dict[Any, str] = {}
+    keys: dict[Any, ConfigKey] = {}
     for run in runs:
         r = run.data
         if r.get("status") != "ok" or not r.get("mean_step_time_sec"):
@@ -196,31 +200,54 @@ def group(runs: Sequence[Run]) -> dict[str, list[dict[str, Any]]]:
         key = weak_series(config_key(run))
         out.setdefault(key, {})[int(r.get("world_size") or 1)] = r
         keys.setdefault(key, config_key(run))
-        names.setdefault(key, _name(r))
+        names.setdefault(key, " ".join([_name(r), *_settings(keys[key])]))
     names = _told_apart(names, keys)
     return {names[k]: [v[w] for w in sorted(v)] for k, v in out.items()}
 
 
-_TOLD_APART = (
-    "dtype", "lora_rank", "optimizer", "grad_ckpt", "compile", "fused_loss", "fp8", "attention", "hardware",
-)  # fmt: skip
-"""The settings of a weak series that its short name (_name) leaves out, in the order appended."""
+def _spec_default(name: str) -> Any:
+    from ..config.spec import RunSpec
+
+    return next(f.default for f in dataclasses.fields(RunSpec) if f.name == name)
+
+
+def _settings(key: ConfigKey) -> list[str]:
+    """The settings of `key` the short name leaves out and the suite's defaults do not have: the
+    precision other than the one a run of its workload and device gets by default (fp32 on a
+    CPU, fp16 for the encoder-decoder, bf16 otherwise: launch/matrix.py), a LoRA rank other than
+    RunSpec's, another optimizer, and the techniques turned on."""
+    usual = "fp32" if key.hardware == "CPU" else "fp16" if key.workload == "seq2seq" else "bf16"
+    out = [f"dtype={key.dtype}"] if key.dtype != usual else []
+    if key.workload == "lora" and key.lora_rank != _spec_default("lora_rank"):
+        out.append(f"lora_rank={key.lora_rank}")
+    if key.optimizer != _spec_default("optimizer"):
+        out.append(f"optimizer={key.optimizer}")
+    out += [flag for flag, on in (("grad_ckpt", key.grad_ckpt), ("compile", key.compile)) if on]
+    for field, off in (("fused_loss", "none"), ("fp8", "none"), ("attention", "default")):
+        if getattr(key, field) != off:
+            out.append(f"{field}={getattr(key, field)}")
+    return out
 
 
 def _told_apart(names: dict[Any, str], keys: dict[Any, ConfigKey]) -> dict[Any, str]:
-    """`names` with each name that several configurations share suffixed by the settings in which
-    they differ ('ddp mistral-7b seq1024 b4x1 lora dtype=fp16'); a name of one keeps its form,
-    which the kept validation files and earlier reports use."""
+    """`names` with each name that several configurations still share suffixed by what differs
+    between them (the GPU model, a precision on a GPU without bf16), and numbered past that: a
+    configuration is never lost to another's name."""
+    from .configs import ConfigKey
+
     shared: dict[str, list[Any]] = {}
     for k, name in names.items():
         shared.setdefault(name, []).append(k)
     out = dict(names)
+    fields = [f for f in ConfigKey._fields if f not in ("world_size", "nodes")]  # not a series' own
     for name, ks in shared.items():
         if len(ks) < 2:
             continue
-        differ = [f for f in _TOLD_APART if len({getattr(keys[k], f) for k in ks}) > 1]
+        differ = [f for f in fields if len({getattr(keys[k], f) for k in ks}) > 1]
         for k in ks:
             out[k] = " ".join([name, *(f"{f}={getattr(keys[k], f)}" for f in differ)])
+        if len({out[k] for k in ks}) < len(ks):  # alike in every field read (a value read two ways)
+            out.update({k: f"{out[k]} #{i + 1}" for i, k in enumerate(ks)})
     return out
 
 
