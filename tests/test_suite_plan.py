@@ -104,3 +104,28 @@ def test_a_suite_measured_in_several_sessions_is_added_up_and_one_stopped_early_
     assert measured["stopped_early"] == [paths[1]] and measured["configurations"] == 5
     assert "measured: 5 configurations in 2 session(s), 100.0 + 300.0 = 400.0 s" in done.stdout
     assert "(55.00%); stopped before its end" in done.stdout
+
+
+def test_a_window_cap_reaches_sizes_taken_from_smaller_runs_and_no_empty_world_size_is_planned(tmp_path):
+    rows = [("ddp", 1, 10.0), ("ddp", 2, 12.0), ("solo", 1, 10.0)]  # solo ran at world size 1 only
+    # at world size 2 solo takes its 1-GPU figures, and the cap cuts them too: windows 6 and 5 -> 1
+    _, doc = _plan(tmp_path, rows, "--window-cap=1")
+    assert doc["plans"][0]["world_sizes"][1]["one_at_a_time_sec"] == (12.0 - 5.0) + (10.0 - 4.0)
+    # every configuration at world size 1 only: world size 2 is no part of the plan, nor its extra
+    _, doc = _plan(tmp_path, rows, "--only-at-one=*", "--extra-per-world-size=30")
+    assert [r["world_size"] for r in doc["plans"][0]["world_sizes"]] == [1]
+    assert doc["plans"][0]["one_at_a_time_sec"] == 20.0 + 30.0
+
+
+def test_files_without_windows_or_wall_times_are_named_not_counted_as_zero(tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"rows": [
+        {"test": "b.py::test_x[ddp-ws1-seq8-m]", "name": "ddp-ws1", "status": "ok", "total": 5.0}
+    ]}))  # fmt: skip
+    run = [sys.executable, "tools/suite_plan.py", str(old), "--gpus=2"]
+    done = subprocess.run(run, cwd=REPO, capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and f"measured: the wall time is not recorded in {old}" in done.stdout
+    done = subprocess.run([*run, "--window-cap=5"], cwd=REPO, capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "these files hold no windows" in done.stderr
+    done = subprocess.run([*run, "--window-cap=nan"], cwd=REPO, capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "give the longest window in seconds" in done.stderr

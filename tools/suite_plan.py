@@ -49,6 +49,7 @@ import argparse
 import fnmatch
 import heapq
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,23 +73,12 @@ def configurations(paths: list[Path], key: str = "total") -> dict[tuple[str, int
     return out
 
 
-def what_if(
-    measured: dict[tuple[str, int], float],
-    windows: dict[tuple[str, int], float],
-    leave_out: list[str],
-    cap: float | None,
-) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], float]]:
-    """`measured` and `windows` (configurations() of the same rows) as a shorter suite would have
-    them: the configurations matched by `leave_out` gone, each window above world size 1 cut to
-    `cap` seconds and its configuration's time by as much."""
-    total, window = {}, {}
-    for (name, ws), t in measured.items():
-        if any(fnmatch.fnmatch(name, g) for g in leave_out):
-            continue
-        w = windows.get((name, ws), 0.0)
-        cut = max(0.0, w - cap) if cap is not None and ws > 1 else 0.0
-        total[(name, ws)], window[(name, ws)] = t - cut, w - cut
-    return total, window
+def left_in(measured: dict[tuple[str, int], float], leave_out: list[str]) -> dict[tuple[str, int], float]:
+    """`measured` (or the windows: configurations() of the same rows) without the configurations
+    matched by `leave_out`."""
+    return {
+        (n, ws): t for (n, ws), t in measured.items() if not any(fnmatch.fnmatch(n, g) for g in leave_out)
+    }
 
 
 def _world_sizes(gpus: int) -> list[int]:
@@ -123,14 +113,24 @@ def plan(
     extra: float,
     windows: dict[tuple[str, int], float],
     at_one_only: frozenset[str] = frozenset(),
+    cap: float | None = None,
 ) -> dict[str, Any]:
     """`windows` holds the same configurations as `measured` (configurations() of the same rows);
-    the configurations named in `at_one_only` are planned at world size 1 only."""
+    the configurations named in `at_one_only` are planned at world size 1 only, and with `cap`
+    every window above world size 1 (measured there or taken from a smaller one) ends after `cap`
+    seconds, its configuration's time cut by as much. A world size no configuration runs at is
+    left out of the plan."""
     every = {n: max(w for m, w in measured if m == n) for n in sorted({name for name, _ in measured})}
     rows = []
     for w in _world_sizes(gpus):
         largest = {n: top for n, top in every.items() if w == 1 or n not in at_one_only}
-        times = _at(measured, w, largest)
+        if not largest:
+            continue
+        times, wins = _at(measured, w, largest), _at(windows, w, largest)
+        if cap is not None and w > 1:
+            cut = {n: max(0.0, wins[n] - cap) for n in wins}
+            times = {n: t - cut[n] for n, t in times.items()}
+            wins = {n: t - cut[n] for n, t in wins.items()}
         heavy = [t for n, t in times.items() if any(h in n for h in HOST_HEAVY)]
         light = [t for n, t in times.items() if not any(h in n for h in HOST_HEAVY)]
         rows.append(
@@ -139,13 +139,13 @@ def plan(
                 "configurations": len(times),
                 "assumed_from_world_size": None
                 if any((n, w) in measured for n in largest)
-                else max(largest.values(), default=None),
+                else max(largest.values()),
                 "one_at_a_time_sec": sum(times.values()) + extra,
                 "side_by_side_sec": _packed(light, gpus // w) + sum(heavy) + extra / (gpus // w),
                 # the floor under any order of these windows: nothing but the measured windows, every
                 # configuration beside others; no packing on the lanes beats their even share, nor
                 # the longest window
-                "windows_floor_sec": _floor(list(_at(windows, w, largest).values()), gpus // w),
+                "windows_floor_sec": _floor(list(wins.values()), gpus // w),
                 "lanes": gpus // w,
             }
         )
@@ -161,18 +161,22 @@ def plan(
 def measured_sessions(paths: list[Path]) -> dict[str, Any]:
     """The sessions as they ran, added up: a suite measured in several sessions (one device call
     each) has its wall time as their sum and its measured share as their windows' (each session's
-    counted once where lanes overlap, time_to_answer.py's measuring_sec) over that sum."""
+    counted once where lanes overlap, time_to_answer.py's measuring_sec) over that sum. Files that
+    lack a figure (time_to_answer.py's before it was kept) are named, not counted as zero."""
     docs = [json.loads(path.read_text()) for path in paths]
+    unrecorded = [str(p) for p, d in zip(paths, docs, strict=True) if d.get("wall_sec") is None]
     walls = [float(d.get("wall_sec") or 0.0) for d in docs]
-    windows = [float(d.get("measuring_sec") or 0.0) for d in docs]
+    windows = [d.get("measuring_sec") for d in docs]
     wall = sum(walls)
+    open_sec = sum(float(w) for w in windows) if None not in windows else None
     return {
         "sessions": len(docs),
-        "configurations": sum(int(d.get("configurations") or 0) for d in docs),
-        "wall_sec": wall,
+        "configurations": sum(int(d.get("configurations") or len(d.get("rows") or [])) for d in docs),
+        "wall_sec": None if unrecorded else wall,
         "walls_sec": walls,
-        "window_open_sec": sum(windows),
-        "window_open_share": sum(windows) / wall if wall else None,
+        "window_open_sec": open_sec,
+        "window_open_share": open_sec / wall if open_sec is not None and wall and not unrecorded else None,
+        "not_recorded": unrecorded,
         "stopped_early": [
             str(p) for p, d in zip(paths, docs, strict=True) if d.get("exit_code") not in (0, 1, None)
         ],
@@ -180,13 +184,18 @@ def measured_sessions(paths: list[Path]) -> dict[str, Any]:
 
 
 def _measured_line(m: dict[str, Any]) -> str:
+    if m["not_recorded"]:
+        return f"measured: the wall time is not recorded in {', '.join(m['not_recorded'])}"
     walls = " + ".join(f"{w:.1f}" for w in m["walls_sec"])
-    share = f" ({m['window_open_share']:.2%})" if m["window_open_share"] is not None else ""
+    opened = (
+        f", a window open {m['window_open_sec']:.1f} s ({m['window_open_share']:.2%})"
+        if m["window_open_share"] is not None
+        else ""
+    )
     early = f"; stopped before its end (exit status not 0 or 1): {', '.join(m['stopped_early'])}"
     return (
         f"measured: {m['configurations']} configurations in {m['sessions']} session(s), {walls} = "
-        f"{m['wall_sec']:.1f} s ({m['wall_sec'] / 60:.1f} min), a window open {m['window_open_sec']:.1f} s"
-        f"{share}{early if m['stopped_early'] else ''}"
+        f"{m['wall_sec']:.1f} s ({m['wall_sec'] / 60:.1f} min){opened}{early if m['stopped_early'] else ''}"
     )
 
 
@@ -196,7 +205,7 @@ def main() -> int:
     ap.add_argument("--gpus", default="2,4,8", help="node sizes to plan (default 2,4,8)")
     ap.add_argument("--extra-per-world-size", type=float, default=0.0, metavar="S")
     ap.add_argument("--leave-out", action="append", default=[], metavar="GLOB",
-                    help="plan without the configurations whose test id (no -wsN) matches, e.g. "
+                    help="plan without the configurations whose test name (after '::', no -wsN) matches, e.g. "
                     "'test_lora_diagnostic*' (repeatable)")  # fmt: skip
     ap.add_argument("--only-at-one", action="append", default=[], metavar="GLOB",
                     help="plan these at world size 1 only, e.g. '*-disk]' (repeatable)")  # fmt: skip
@@ -205,30 +214,15 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write the plans here")
     args = ap.parse_args()
     measured = configurations(args.sessions)
-    if not measured:
-        print("no finished configuration in these files", file=sys.stderr)
+    windows = left_in(configurations(args.sessions, "window"), args.leave_out)
+    refused = _refusal(args, measured, windows)
+    if refused:
+        print(refused, file=sys.stderr)
         return 2
-    try:
-        sizes = [int(g) for g in args.gpus.split(",")]
-    except ValueError:
-        print(f"--gpus {args.gpus!r}: give GPU counts, comma-separated (2,4,8)", file=sys.stderr)
-        return 2
-    if args.window_cap is not None and args.window_cap <= 0:
-        print(f"--window-cap {args.window_cap}: give the longest window in seconds, above 0", file=sys.stderr)
-        return 2
-    names = {n for n, _ in measured}
-    for glob in args.leave_out + args.only_at_one:
-        if not any(fnmatch.fnmatch(n, glob) for n in names):
-            print(f"{glob!r} matches no configuration; they are named like {min(names)!r}", file=sys.stderr)
-            return 2
-    measured, windows = what_if(
-        measured, configurations(args.sessions, "window"), args.leave_out, args.window_cap
-    )
-    if not measured:
-        print("--leave-out left no configuration to plan", file=sys.stderr)
-        return 2
+    sizes = [int(g) for g in args.gpus.split(",")]
+    measured = left_in(measured, args.leave_out)
     at_one = frozenset(n for n, _ in measured if any(fnmatch.fnmatch(n, g) for g in args.only_at_one))
-    plans = [plan(measured, g, args.extra_per_world_size, windows, at_one) for g in sizes]
+    plans = [plan(measured, g, args.extra_per_world_size, windows, at_one, args.window_cap) for g in sizes]
     has_floor = any(windows.values())
     sessions = measured_sessions(args.sessions)
     print(_measured_line(sessions))
@@ -251,6 +245,35 @@ def main() -> int:
         }
         args.json.write_text(json.dumps(doc, indent=1))
     return 0
+
+
+def _refusal(
+    args: argparse.Namespace, measured: dict[tuple[str, int], float], windows: dict[tuple[str, int], float]
+) -> str | None:
+    """Why these files and options give no plan, naming the fix; None when they give one
+    (`windows`: those left in)."""
+    if not measured:
+        return "no finished configuration in these files"
+    if not all(g.strip().isdigit() and int(g) > 0 for g in args.gpus.split(",")):
+        return f"--gpus {args.gpus!r}: give GPU counts, comma-separated (2,4,8)"
+    cap = args.window_cap
+    if cap is not None and not (math.isfinite(cap) and cap > 0):
+        return f"--window-cap {cap}: give the longest window in seconds, above 0"
+    return _what_if_refusal(args, measured, windows)
+
+
+def _what_if_refusal(
+    args: argparse.Namespace, measured: dict[tuple[str, int], float], windows: dict[tuple[str, int], float]
+) -> str | None:
+    names = {n for n, _ in measured}
+    for glob in args.leave_out + args.only_at_one:
+        if not any(fnmatch.fnmatch(n, glob) for n in names):
+            return f"{glob!r} matches no configuration; they are named like {min(names)!r}"
+    if not left_in(measured, args.leave_out):
+        return "--leave-out left no configuration to plan"
+    if args.window_cap is not None and not any(windows.values()):
+        return "--window-cap: these files hold no windows (time_to_answer.py's before 2026-11-27)"
+    return None
 
 
 def _changes(args: argparse.Namespace) -> str:
