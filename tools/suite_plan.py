@@ -205,8 +205,8 @@ def main() -> int:
     ap.add_argument("--gpus", default="2,4,8", help="node sizes to plan (default 2,4,8)")
     ap.add_argument("--extra-per-world-size", type=float, default=0.0, metavar="S")
     ap.add_argument("--leave-out", action="append", default=[], metavar="GLOB",
-                    help="plan without the configurations whose test name (after '::', no -wsN) matches, e.g. "
-                    "'test_lora_diagnostic*' (repeatable)")  # fmt: skip
+                    help="plan without the configurations whose test name (after '::', no -wsN) "
+                    "matches, e.g. 'test_lora_diagnostic*' (repeatable)")  # fmt: skip
     ap.add_argument("--only-at-one", action="append", default=[], metavar="GLOB",
                     help="plan these at world size 1 only, e.g. '*-disk]' (repeatable)")  # fmt: skip
     ap.add_argument("--window-cap", type=float, metavar="S",
