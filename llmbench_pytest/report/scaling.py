@@ -197,10 +197,12 @@ def group(runs: Sequence[Run]) -> dict[str, list[dict[str, Any]]]:
         r = run.data
         if r.get("status") != "ok" or not r.get("mean_step_time_sec"):
             continue
-        key = weak_series(config_key(run))
+        config = config_key(run)
+        key = weak_series(config)
         out.setdefault(key, {})[int(r.get("world_size") or 1)] = r
-        keys.setdefault(key, config_key(run))
-        names.setdefault(key, " ".join([_name(r), *_settings(keys[key])]))
+        if key not in keys:  # the series' first run names it
+            keys[key] = config
+            names[key] = " ".join([_name(r), *_settings(config)])
     names = _told_apart(names, keys)
     return {names[k]: [v[w] for w in sorted(v)] for k, v in out.items()}
 
