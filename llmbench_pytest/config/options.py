@@ -594,6 +594,15 @@ SETTINGS: tuple[Setting, ...] = (
         flag=True,
     ),
     Setting(
+        "every_size",
+        "run the LoRA diagnostic matrix (--llmbench-diagnostic) and the encoder-decoder's second data "
+        "source (the second of --llmbench-data) at every world size. By default they run at world size 1 "
+        "only, where their questions are answered (which variant fits and what it costs; what reading from "
+        "disk costs a step); naming the sizes with --llmbench-world-sizes runs them at those sizes too.",
+        _bool,
+        flag=True,
+    ),
+    Setting(
         "find_batch",
         "per strategy, search the largest per-device batch that fits and the one with the highest "
         "tokens/s (doubling, then bisecting; an out-of-memory trial is a data point), then train at the "
@@ -669,6 +678,7 @@ class SessionOptions:
     shard_mb: float = 128.0
     price: float | None = None
     diagnostic: bool = False
+    every_size: bool = False
     find_batch: bool = False
     max_batch: int | None = None
     lr: float = 1e-3

@@ -361,6 +361,7 @@ def _strategy_entries(
         skip = (
             (_too_big(world_size, hw) if launched else None)
             or off_source
+            or (_one_size_source(opts, world_size, source) if source != sources[0] else None)
             or technique_skip(techniques, info, opts.workload, preset, hw)
         )
         if skip:
@@ -387,6 +388,38 @@ def _strategy_entries(
     return entries
 
 
+def at_every_size(opts: SessionOptions) -> bool:
+    """Whether the questions of one GPU (the LoRA diagnostic matrix, the encoder-decoder's second data
+    source) run at every world size: --llmbench-every-size, or world sizes the user named. By default
+    they run at world size 1 only: which LoRA variant fits and what it costs, and what reading from
+    disk costs a step, are answered there; at every size they made the default suite's planned 11.0
+    minutes on 4x H200 13.8 (tools/suite_plan.py --only-at-one, on
+    docs/results/2026-11-27-h200x4-suite-side-by-side)."""
+    return opts.every_size or opts.world_sizes is not None
+
+
+def _one_size_source(opts: SessionOptions, world_size: int, source: str) -> str | None:
+    """Why a second data source does not run at this world size, or None."""
+    if world_size == 1 or at_every_size(opts):
+        return None
+    return (
+        f"the {source} data source runs at world size 1 by default, where what reading from {source} "
+        f"costs a step is measured; --llmbench-every-size, or naming the sizes with "
+        f"--llmbench-world-sizes, runs it at world size {world_size} too"
+    )
+
+
+def _one_size_diagnostic(opts: SessionOptions, world_size: int) -> str | None:
+    """Why the LoRA diagnostic matrix does not run at this world size, or None."""
+    if world_size == 1 or at_every_size(opts):
+        return None
+    return (
+        "the LoRA diagnostic matrix runs at world size 1 by default, where which variant fits and what "
+        "it costs are answered; --llmbench-every-size, or naming the sizes with --llmbench-world-sizes, "
+        f"runs it at world size {world_size} too"
+    )
+
+
 def _variant_entries(
     opts: SessionOptions, hw: Hardware, test_id: str, base: dict[str, Any], offload: str
 ) -> list[MatrixEntry]:
@@ -394,8 +427,12 @@ def _variant_entries(
     named = opts.strategies != DEFAULT_STRATEGIES
     entries = []
     variants = diagnostic_variants(base) if opts.diagnostic else [("", base)]
+    held = _one_size_diagnostic(opts, base["world_size"]) if opts.diagnostic else None
     for variant, kwargs in variants:
         variant_id = f"{test_id}-{variant}" if variant else test_id
+        if held:
+            entries.append(MatrixEntry(variant_id, None, held))
+            continue
         if variant == "lora_rank" and kwargs["workload"] != "lora":
             entries.append(MatrixEntry(variant_id, None, f"no LoRA rank in the {opts.workload} workload"))
             continue
