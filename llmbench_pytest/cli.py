@@ -35,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report.build import write_report
+    from .report.summary.build import write_report
 
     files = write_report(args.results_dir, args.out, plots=not args.no_plots)
     for w in files.warnings:

@@ -193,7 +193,7 @@ def _gate_baseline(config: pytest.Config, ref: str) -> Path:
     otherwise name. Every rank checks, so every rank agrees under torchrun (the storage must be
     visible on every node)."""
     from .report import ReportError
-    from .report.gate_settings import check_gate_baseline
+    from .report.gate.settings import check_gate_baseline
     from .session.end import storage_path
 
     try:

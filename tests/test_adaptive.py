@@ -17,7 +17,7 @@ from llmbench_pytest.config.spec import RunSpec, SpecError
 from llmbench_pytest.launch.matrix import COUNTED_STEPS, PROFILED_STEPS, build_matrix, profile_steps_for
 from llmbench_pytest.report.collect import load_results
 from llmbench_pytest.report.configs import group_configs
-from llmbench_pytest.report.table import window_cell
+from llmbench_pytest.report.summary.table import window_cell
 from llmbench_pytest.worker.adaptive import BUDGET, CAP, PRECISION, StopRule, stop_reason
 
 

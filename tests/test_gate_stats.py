@@ -40,7 +40,7 @@ from llmbench_pytest.config.gate_bounds import min_history, parse_gate_bounds
 from llmbench_pytest.config.spec import SpecError
 from llmbench_pytest.report import ReportError
 from llmbench_pytest.report.gate import GateBounds, gate_session, run_gate
-from llmbench_pytest.report.gate_settings import check_gate_baseline
+from llmbench_pytest.report.gate.settings import check_gate_baseline
 from llmbench_pytest.report.records import records_from_results
 
 CFG = "zero2 ws2 seq128 llama-tiny b2x1 bf16"

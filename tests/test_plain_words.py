@@ -80,7 +80,7 @@ def test_report_texts_use_plain_words():
     """The report's fixed texts: every string literal under llmbench_pytest/report/ that is not a
     docstring (docstrings and comments are for the code's readers)."""
     found = []
-    for path in sorted((REPO / "llmbench_pytest" / "report").glob("*.py")):
+    for path in sorted((REPO / "llmbench_pytest" / "report").rglob("*.py")):
         tree = ast.parse(path.read_text())
         docstrings = {
             id(node.body[0].value)
@@ -105,7 +105,7 @@ def test_report_texts_use_plain_words():
                         docstrings.add(id(after.value))
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-                found += [f"{path.name}:{node.lineno}: {w}" for w in _internal_words(node.value)]
+                found += [f"{path.relative_to(REPO)}:{node.lineno}: {w}" for w in _internal_words(node.value)]
     assert not found, f"the report's texts use the project's internal words: {found}"
 
 

@@ -18,7 +18,7 @@ from llmbench_pytest.config.options import SessionOptions
 from llmbench_pytest.config.presets import resolve_model
 from llmbench_pytest.config.spec import RunSpec, SpecError
 from llmbench_pytest.launch.matrix import build_matrix
-from llmbench_pytest.report.build import write_report
+from llmbench_pytest.report.summary.build import write_report
 from llmbench_pytest.results.build import build_result
 from llmbench_pytest.results.measurement import Measurement
 from llmbench_pytest.worker.chunked_loss import chunk_rows, linear_cross_entropy

@@ -4,7 +4,7 @@ Wherever llmbench names a faster configuration or input (the report's recommenda
 patterns, the console's "fastest that fits" line, `llmbench compare`), two results whose
 difference is inside the measurement's uncertainty are called tied, with their intervals, and the
 recommendation chooses among them on peak memory and says so; a difference outside it is named
-plainly, with its interval. report/ties.py decides, with the regression gate's own estimate.
+plainly, with its interval. report/ranking.py decides, with the regression gate's own estimate.
 
 Result files are written by results.build_result (the real writer) from measured-looking step
 times: a fixed noise pattern scaled so that each run's mean step time, and so its tokens/s, is
@@ -22,11 +22,11 @@ import pytest
 from test_report import assert_lines, llmbench, make_result, write_run, write_runs
 
 from llmbench_pytest.config.spec import RunSpec
-from llmbench_pytest.report.build import Report
-from llmbench_pytest.report.gate import time_estimate
+from llmbench_pytest.report.estimates import time_estimate
+from llmbench_pytest.report.ranking import speed_gap
 from llmbench_pytest.report.records import record_from_result
-from llmbench_pytest.report.table import summary_table
-from llmbench_pytest.report.ties import speed_gap
+from llmbench_pytest.report.summary.build import Report
+from llmbench_pytest.report.summary.table import summary_table
 from llmbench_pytest.results.build import build_result
 from llmbench_pytest.results.measurement import Measurement
 

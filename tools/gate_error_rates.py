@@ -43,7 +43,7 @@ from llmbench_pytest.analysis.significance import INCONCLUSIVE, REGRESSION
 from llmbench_pytest.config.gate_bounds import MIN_SPREAD_RUNS, min_history
 from llmbench_pytest.report.collect import load_results
 from llmbench_pytest.report.gate import GateBounds, run_gate
-from llmbench_pytest.report.gate_history import History, Point
+from llmbench_pytest.report.gate.history import History, Point
 from llmbench_pytest.report.records import merge_repeats, record_from_result, records_from_results
 
 REPO = Path(__file__).resolve().parents[1]

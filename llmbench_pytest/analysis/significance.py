@@ -4,8 +4,8 @@ bound, and a change point in a configuration's history of runs.
 Pure functions over plain numbers. numpy (the resampling) and scipy.special (t quantiles and
 tails) are imported where used: the report package imports this module and stays standard library
 at import (tests/test_report.py holds it to that; `llmbench report` and `llmbench compare` load
-them only when they test whether two results are tied on speed, report/ties.py). The gate
-(report/gate.py) decides what to feed these functions; nothing here reads a file.
+them only when they test whether two results are tied on speed, report/ranking.py). The gate
+(report/gate/run.py) decides what to feed these functions; nothing here reads a file.
 
 Every comparison is on the log scale: a change is a ratio current / baseline, so its logarithm is
 a difference of means, intervals of ratios stay positive, and tokens/s (tokens per step / step
@@ -140,7 +140,7 @@ class Estimate:
 
 def _t_quantile(q: float, df: float) -> float:
     # scipy.special's inverse t (what scipy.stats.t.ppf calls), through stats.t_quantile: the
-    # report and `llmbench compare` call this for every tie they test (report/ties.py), and
+    # report and `llmbench compare` call this for every tie they test (report/ranking.py), and
     # importing scipy.stats would add about 0.45 s to each command (2-core VM, 2026-11-27)
     return t_quantile(q, df)
 

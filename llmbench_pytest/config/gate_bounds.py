@@ -5,7 +5,7 @@ Standard library only. `llmbench gate` builds GateBounds from its options; insid
 when the options are, at session start, so a typo costs a second, not a training session. Each
 error is a SpecError with one line: the setting, the value, the fix (the option parser puts the
 option's name in front). The statistics that use these live in analysis/significance.py and
-report/gate.py.
+report/gate/run.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reports, comparisons and the regression gate over llmbench results.
 
-Imports the standard library and tabulate only; plots.py loads matplotlib when plots are drawn.
+Imports the standard library and tabulate only; plots/charts.py loads matplotlib when plots are drawn.
 The `llmbench` command (cli.py) and the pytest plugin use this API:
 
     write_report(results_dir, out_dir=None) -> ReportFiles      summary/metrics.csv, .md, plots/
@@ -12,17 +12,21 @@ The `llmbench` command (cli.py) and the pytest plugin use this API:
                                                                  .history_regressions, .format()
     gate_session(result_paths, baseline, bounds, storage)        --llmbench-gate at a session's end
 
-Module roles: collect (read a results folder), configs (group runs), scaling, recommend,
-metrics_csv, table (console), markdown, plots, build (write_report), records (plain records for
-compare and gate), compare, gate, fmt (number formatting).
+Grouped by what they render: summary/ (the report a results folder gets: its console table,
+metrics.csv, BENCHMARK_REPORT.md and the recommendation), plots/ (summary/plots/*.png), compare/
+(`llmbench compare`) and gate/ (`llmbench gate`, --llmbench-gate). Beside them, what they share:
+collect (read a results folder), configs (group runs into configurations), records (plain records
+for compare and gate), scaling (series across world sizes), gpu_truth (what the GPU measurements
+say), estimates and ranking (which of two results is faster, and the words for it), fmt (numbers
+and column alignment).
 """
 
 from __future__ import annotations
 
-from .build import Report, ReportFiles, summary_text, write_report
 from .collect import ReportError
 from .gate import GateBounds, GateResult, gate_session, parse_bound, run_gate
 from .records import RecordSet, load_records, records_from_results, resolve_saved_run
+from .summary.build import Report, ReportFiles, summary_text, write_report
 
 __all__ = [
     "GateBounds",

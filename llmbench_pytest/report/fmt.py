@@ -1,6 +1,12 @@
-"""Number formatting shared by the console tables, the markdown and the gate. Standard library only."""
+"""Number formatting and column alignment shared by the console tables, the markdown, `compare` and
+the gate. Standard library only."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 NA = "-"
 
@@ -80,3 +86,44 @@ def gbps(x: float | None) -> str:
 def whole(x: float | None) -> str:
     """Watts, MHz, degrees, percent utilisation: no decimals carry meaning there."""
     return NA if x is None else f"{x:,.0f}"
+
+
+NUMERIC_COLUMNS = (
+    "GPUs",
+    "ranks",
+    "seq",
+    "world size",
+    "tokens/s",
+    "step s",
+    "step CV",
+    "mean +-",
+    "peak GB",
+    "MFU",
+    "efficiency",
+    "speed-up",
+    "$/1M tokens",
+    "$/1K samples",
+    "step time",
+    "peak memory",
+    "its peak",
+    "did not fit",
+    # the GPU-measurement sections (markdown_gpu.py)
+    "measured GB",
+    "host GB",
+    "predicted GB",
+    "gap",
+    "in collectives",
+    "exposed",
+    "bus GB",
+    "H2D",
+    "link",
+    "util",
+    "power",
+    "SM MHz",
+    "max °C",
+)
+
+
+def colalign(headers: Sequence[str]) -> list[str]:
+    """Numbers right-aligned so their digits line up; text left."""
+    return ["right" if h.startswith(NUMERIC_COLUMNS) else "left" for h in headers]

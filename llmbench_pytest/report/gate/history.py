@@ -25,10 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..analysis.significance import IMPROVED, OK, REGRESSION, ChangePoint, RunSpread, change_point, run_spread
-from . import fmt
-from .collect import ReportError, Run, find_result_files, load_results
-from .records import Record, RecordKey, merge_repeats, record_from_result, records_from_saved_run, saved_runs
+from ...analysis.significance import (
+    IMPROVED,
+    OK,
+    REGRESSION,
+    ChangePoint,
+    RunSpread,
+    change_point,
+    run_spread,
+)
+from .. import fmt
+from ..collect import ReportError, Run, find_result_files, load_results
+from ..records import Record, RecordKey, merge_repeats, record_from_result, records_from_saved_run, saved_runs
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..collect import SUMMARY_DIR, Collection, load_results
+from ..configs import Config, ConfigKey, config_key, group_configs, one_session_each
+from ..scaling import Scaling, scaling_table
 from . import markdown, metrics_csv
-from .collect import SUMMARY_DIR, Collection, load_results
-from .configs import Config, ConfigKey, config_key, group_configs, one_session_each
 from .recommend import PatternRules, Recommendation, recommend
-from .scaling import Scaling, scaling_table
 from .table import summary_table
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def write_report(
     (a session's own runs). Raises ReportError (collect.py) when the folder is missing or holds no
     readable result; unreadable files are left out and listed in `warnings`.
     """
-    from .plots import PlotsUnavailable, write_plots
+    from ..plots import PlotsUnavailable, write_plots
 
     report = Report.from_dir(results_dir, rules, only)
     root = Path(results_dir)

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from ..analysis.significance import STEPS, RunSummary
 from ..analysis.stats import mean_interval, t_quantile
 from . import fmt
-from .gate import CONFIDENCE, time_estimate
+from .estimates import CONFIDENCE, time_estimate
 from .records import Record, merge_repeats, record_from_result
 
 if TYPE_CHECKING:

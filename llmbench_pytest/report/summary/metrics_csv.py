@@ -14,16 +14,16 @@ import csv
 import io
 from typing import TYPE_CHECKING, Any
 
-from ..results.schema import SEED_FIELDS
-from . import gpu_truth
-from .configs import ConfigKey, config_key
-from .scaling import Scaling, efficiency_of_run
+from ...results.schema import SEED_FIELDS
+from .. import gpu_truth
+from ..configs import ConfigKey, config_key
+from ..scaling import Scaling, efficiency_of_run
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from .collect import Run
+    from ..collect import Run
 
 SEED_COLUMNS = SEED_FIELDS  # the benchmark card's thirteen, in its order (results/schema.py)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .records import load_records, resolve_saved_run
+from ..records import load_records, resolve_saved_run
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -8,17 +8,17 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from ..plan.network import Fabric, network, widest_sweep
-from ..plan.scale import BAND, predict_config, to_json
-from . import fmt
+from ...plan.network import Fabric, network, widest_sweep
+from ...plan.scale import BAND, predict_config, to_json
+from .. import fmt
+from ..scaling import group
 from .md_table import md_table
-from .scaling import group
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from .collect import Run
+    from ..collect import Run
 
 SIZES = (4, 8, 16, 64, 256)
 GPUS_PER_NODE = 8

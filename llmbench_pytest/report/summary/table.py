@@ -3,7 +3,7 @@
 Columns that are the same for every row (model, sequence length, batch, hardware) move into a
 header line, so the table keeps to what differs. Under the table, given the recommendations, one
 line per scenario names the fastest configuration that fits, or the ones tied for it within the
-measurement's noise and the one chosen among them (ties.py decides, recommend.py chooses; the
+measurement's noise and the one chosen among them (ranking.py decides, recommend.py chooses; the
 report's Recommendation has the evidence). Notes then say what a '-' means, and at most two lines
 flag what the GPU measurements found (throttling, model states far off their prediction).
 """
@@ -15,54 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
-from ..analysis.memory_model import GAP_FLAG
-from . import fmt, gpu_truth
-from .configs import Config, ConfigKey
+from ...analysis.memory_model import GAP_FLAG
+from .. import fmt, gpu_truth
+from ..configs import Config, ConfigKey
 
 if TYPE_CHECKING:
+    from ..scaling import Scaling
     from .recommend import Recommendation
-    from .scaling import Scaling
-
-NUMERIC_COLUMNS = (
-    "GPUs",
-    "ranks",
-    "seq",
-    "world size",
-    "tokens/s",
-    "step s",
-    "step CV",
-    "mean +-",
-    "peak GB",
-    "MFU",
-    "efficiency",
-    "speed-up",
-    "$/1M tokens",
-    "$/1K samples",
-    "step time",
-    "peak memory",
-    "its peak",
-    "did not fit",
-    # the GPU-measurement sections (markdown_gpu.py)
-    "measured GB",
-    "host GB",
-    "predicted GB",
-    "gap",
-    "in collectives",
-    "exposed",
-    "bus GB",
-    "H2D",
-    "link",
-    "util",
-    "power",
-    "SM MHz",
-    "max °C",
-)
-
-
-def colalign(headers: Sequence[str]) -> list[str]:
-    """Numbers right-aligned so their digits line up; text left."""
-    return ["right" if h.startswith(NUMERIC_COLUMNS) else "left" for h in headers]
-
 
 CPU_NOTE = "CPU smoke: these runs show the code paths work; their speed is not a performance claim."
 
@@ -297,7 +256,7 @@ def summary_table(
     recommendations) and the notes, as one string."""
     headers, rows, fixed = summary_rows(configs, scaling)
     text = tabulate(
-        rows, headers=headers, tablefmt="simple", disable_numparse=True, colalign=colalign(headers)
+        rows, headers=headers, tablefmt="simple", disable_numparse=True, colalign=fmt.colalign(headers)
     )
     lines = []
     if fixed:

@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from ..analysis.stats import Jitter, mean_interval
-from . import fmt
+from ...analysis.stats import Jitter, mean_interval
+from .. import fmt
 from .md_table import LIST_LIMIT, capped, md_table
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .collect import Run
+    from ..collect import Run
 
 
 def _why_not(message: str) -> str:

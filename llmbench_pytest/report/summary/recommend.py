@@ -6,7 +6,7 @@ on 8 GPUs is not "faster" than DDP on one. Every sentence carries its numbers, s
 check the claim against the table.
 
 No winner is named from noise. Whether one configuration is faster than another is decided in one
-place, ties.py (the regression gate's 95% interval of the ratio of their speeds): where the fastest
+place, ranking.py (the regression gate's 95% interval of the ratio of their speeds): where the fastest
 and others are tied, the sentence says so with their intervals, and the recommendation chooses
 among them on peak memory (lower is better: within one scenario every strategy runs on the same
 hardware at the same price, so the cost per token is as tied as the speed), and says so:
@@ -20,14 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import fmt
-from .configs import Config, ConfigKey, scenario_title
-from .ties import WITHIN_RUN, Ranking, Speeds, and_list, methods, record_of
+from .. import fmt
+from ..configs import Config, ConfigKey, scenario_title
+from ..ranking import WITHIN_RUN, Ranking, Speeds, and_list, methods, record_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from .scaling import Scaling
+    from ..scaling import Scaling
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +78,7 @@ class Recommendation:
     configs: list[Config]
     fastest: Config | None = None
     """The configuration recommended for speed: the fastest that fits, or, where others that fit
-    are tied with the fastest on speed (ties.py), the one of those with the lowest peak memory."""
+    are tied with the fastest on speed (ranking.py), the one of those with the lowest peak memory."""
     frugal: Config | None = None
     findings: list[Finding] = field(default_factory=list)
     speed: Ranking[Config] | None = None
@@ -273,7 +273,7 @@ def _patterns(ok: list[Config], rec: Recommendation, rules: PatternRules) -> lis
     """The benchmark card's patterns 1-3 among the finished configurations of one scenario. Memory
     is weighed against what a configuration of similar speed needs, never against one much slower:
     an offload run at a third of the speed makes nothing 'memory-hungry'. Speeds the measurements
-    cannot tell apart (ties.py) are called tied, never 'faster'; 'the highest throughput' is the
+    cannot tell apart (ranking.py) are called tied, never 'faster'; 'the highest throughput' is the
     recommended configuration's, and shared where it is tied."""
     fastest, speeds = rec.fastest, rec.speeds
     with_mem = [c for c in ok if c.memory_gb and c.tokens_per_sec]

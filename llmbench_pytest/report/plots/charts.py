@@ -1,7 +1,7 @@
 """summary/plots/*.png. The only module that imports matplotlib (optional: pip install llmbench[plots]).
 
-One panel per model / sequence length / precision / hardware; in it one line (or bar) per
-strategy, each strategy with the same colour and marker in every plot. World sizes are the
+One panel per model / sequence length / precision / hardware (panels.py); in it one line (or bar)
+per strategy, each strategy with the same colour and marker in every plot. World sizes are the
 measured ones, as integer ticks. A CPU panel says it is CPU smoke in its title.
 """
 
@@ -12,19 +12,20 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import gpu_truth
-from .collect import ReportError
-from .configs import STRATEGY_ORDER, Config, ConfigKey, strategy_rank, technique_label
-from .recommend import PatternRules
+from .. import gpu_truth
+from ..collect import ReportError
+from ..configs import strategy_rank
+from ..summary.recommend import PatternRules
+from .panels import LINESTYLES, MAX_PANELS, Panel, panels, series, style_map
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
-    from .scaling import Scaling
+    from ..configs import Config, ConfigKey
+    from ..scaling import Scaling
 
 INSTALL_HINT = "pip install llmbench[plots]"
-MAX_PANELS = 9
 PLOT_FILES = (
     "tokens_per_sec_vs_gpu.png",
     "step_time_vs_gpu.png",
@@ -35,24 +36,6 @@ PLOT_FILES = (
 )
 # drawn only when some multi-rank run was profiled (--llmbench-profile): most reports have no data
 COMM_PLOT = "comm_time_per_strategy.png"
-
-# fixed per strategy so a colour means the same thing in every plot and every report
-COLOURS = {
-    "ddp": "#1f77b4",
-    "fsdp_grad_op": "#17becf",
-    "fsdp": "#ff7f0e",
-    "zero0": "#7f7f7f",
-    "zero1": "#bcbd22",
-    "zero2": "#2ca02c",
-    "zero3": "#d62728",
-    "zero1_offload": "#e377c2",
-    "zero2_offload": "#9467bd",
-    "zero3_offload": "#8c564b",
-    "zero3_nvme": "#000000",
-}
-EXTRA_COLOURS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354")
-MARKERS = "os^DvPX<>*hp"
-LINESTYLES = ("-", "--", ":", "-.")
 
 
 class PlotsUnavailable(ReportError):
@@ -71,67 +54,6 @@ def _pyplot() -> Any:
             "the CSV and the markdown report are written without it"
         ) from None
     return plt
-
-
-def style_map(strategies: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """Strategy -> (colour, marker), fixed for known strategies, in name order for others."""
-    out: dict[str, tuple[str, str]] = {}
-    extra = iter(EXTRA_COLOURS * 4)
-    for name in sorted(set(strategies), key=strategy_rank):
-        i = STRATEGY_ORDER.index(name) if name in STRATEGY_ORDER else len(out)
-        out[name] = (COLOURS.get(name) or next(extra), MARKERS[i % len(MARKERS)])
-    return out
-
-
-@dataclass(frozen=True)
-class Panel:
-    title: str
-    is_cpu: bool
-    configs: list[Config]
-
-
-def panels(configs: Sequence[Config]) -> tuple[list[Panel], int]:
-    """Panels by model, sequence length, precision and hardware; the MAX_PANELS largest, and how many
-    were left out."""
-    groups: dict[tuple[Any, ...], list[Config]] = {}
-    for c in configs:
-        k = c.key
-        model = f"{k.model} ({k.workload})" if k.workload != "causal_lm" else k.model
-        panel = (
-            model,
-            k.seq_len,
-            k.dtype,
-            k.grad_ckpt,
-            k.compile,
-            technique_label(k),
-            k.hardware,
-            k.nodes > 1,
-        )
-        groups.setdefault(panel, []).append(c)
-    keys = sorted(groups, key=lambda g: -len(groups[g]))[:MAX_PANELS]
-    out = []
-    for g in sorted(keys):
-        model, seq, dtype, ckpt, compiled, techniques, hw, multi = g
-        where = "CPU smoke, not a performance claim" if hw == "CPU" else hw
-        flags = (
-            (", ckpt" if ckpt else "")
-            + (", compile" if compiled else "")
-            + (f", {techniques}" if techniques else "")
-            + (", multi-node" if multi else "")
-        )
-        title = f"{model}, seq {seq}, {dtype}{flags}\n{where}"
-        out.append(Panel(title, hw == "CPU", groups[g]))
-    return out, len(groups) - len(keys)
-
-
-def _series(panel: Panel) -> dict[tuple[str, int, int], list[Config]]:
-    """Lines of a panel: one per strategy and per-device batch, points sorted by world size."""
-    lines: dict[tuple[str, int, int], list[Config]] = {}
-    for c in panel.configs:
-        lines.setdefault((c.strategy, c.key.per_device_batch, c.key.grad_accum), []).append(c)
-    for pts in lines.values():
-        pts.sort(key=lambda c: c.world_size)
-    return dict(sorted(lines.items(), key=lambda kv: (strategy_rank(kv[0][0]), kv[0][1:])))
 
 
 def _ws_axis(ax: Any, world_sizes: Sequence[int], label: str) -> None:
@@ -224,7 +146,7 @@ def _line_plot(
 ) -> Path:
     fig, axes = _grid(ctx.plt, len(ctx.panels), suptitle)
     for ax, panel in zip(axes, ctx.panels, strict=True):
-        lines = _series(panel)
+        lines = series(panel)
         batches = {k[1:] for k in lines}
         drawn, all_ws = 0, []
         for (strategy, b, ga), line in lines.items():

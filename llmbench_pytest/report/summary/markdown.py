@@ -13,20 +13,21 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from . import fmt, markdown_checks, markdown_gpu, markdown_scale, markdown_techniques, markdown_workloads
-from .configs import Config, ConfigKey, scenario_title, sessions_read
+from .. import fmt
+from ..configs import Config, ConfigKey, scenario_title, sessions_read
+from ..scaling import LOSS_NOTES, baseline_cell, loss_cells
+from . import markdown_checks, markdown_gpu, markdown_scale, markdown_techniques, markdown_workloads
 from .md_table import capped as _capped
 from .md_table import md_table as _md_table
-from .scaling import LOSS_NOTES, baseline_cell, loss_cells
 from .table import CPU_NOTE, summary_rows
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from .collect import Collection, Run
+    from ..collect import Collection, Run
+    from ..scaling import Scaling
     from .recommend import Recommendation
-    from .scaling import Scaling
 
 
 def _header(collection: Collection, configs: Sequence[Config]) -> list[str]:
@@ -116,7 +117,7 @@ def _reasons(runs: Sequence[Run]) -> str:
 
 def _trade(rec: Recommendation) -> str:
     """The most memory-frugal configuration against the pick: what its memory saving costs in
-    throughput, where the measurements can tell (ties.py), else that they cannot."""
+    throughput, where the measurements can tell (ranking.py), else that they cannot."""
     f, m = rec.fastest, rec.frugal
     if f and m is f:
         return "the fastest is also the leanest"

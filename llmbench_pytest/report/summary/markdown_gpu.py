@@ -15,16 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..analysis.memory_model import GAP_FLAG
-from ..analysis.peak_model import PEAK_TOLERANCE
-from . import fmt, gpu_truth
-from .configs import Config, strategy_rank
-from .gpu_truth import config_comm, config_extreme, config_throttles
+from ...analysis.memory_model import GAP_FLAG
+from ...analysis.peak_model import PEAK_TOLERANCE
+from .. import fmt, gpu_truth
+from ..configs import Config, strategy_rank
+from ..gpu_truth import config_comm, config_extreme, config_throttles
 from .md_table import capped, md_table
 from .table import lead_columns, memory_header
 
 if TYPE_CHECKING:
-    from .collect import Run
+    from ..collect import Run
 
 Cell = Callable[[Config], Any]
 Column = tuple[str, Cell]

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..analysis.stats import mean_of
-from . import fmt
+from ...analysis.stats import mean_of
+from .. import fmt
 from .md_table import md_table
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .collect import Run
+    from ..collect import Run
 
 WORKED = 1.05
 """A variant 'worked' when it is at least 5% faster than the baseline in samples/s (the LoRA

@@ -20,7 +20,7 @@ configuration that finished in the baseline and ran out of memory or failed now 
 A verdict from one run a side's steps alone (the block bootstrap) is blind to run-to-run noise
 and flagged 30% of A/A comparisons on a shared CPU: its line and the verdict line say so, and name
 the cure (repeats on both sides, or a history).
-With a history (gate_history.py), each configuration's last K runs are searched for a change of
+With a history (history.py), each configuration's last K runs are searched for a change of
 level, which catches a slow drift that no single comparison does.
 
 Exit codes: 0 no regression, 1 regressions (or inconclusive with fail_inconclusive), 2 nothing
@@ -35,23 +35,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..analysis.significance import (
+from ...analysis.significance import (
     IMPROVED,
     INCONCLUSIVE,
-    MIN_STEPS,
     OK,
     REGRESSION,
     Estimate,
     RunSpread,
-    RunSummary,
-    bound_only,
-    compare_runs,
-    compare_steps,
-    compare_with_spread,
     decide,
     repeats_to_settle,
 )
-from ..config.gate_bounds import (
+from ...config.gate_bounds import (
     DEFAULT_HISTORY,
     MIN_SPREAD_RUNS,
     GateBounds,
@@ -59,11 +53,12 @@ from ..config.gate_bounds import (
     parse_bound,
     parse_gate_bounds,
 )
-from ..results.schema import current_fields
-from .collect import ReportError, find_result_files
-from .gate_history import History, judge_history, load_history
-from .gate_result import MOST_REPEATS, Change, GateResult
-from .records import Record, RecordKey, RecordSet, load_records, records_from_results
+from ...results.schema import current_fields
+from ..collect import ReportError, find_result_files
+from ..estimates import memory_estimate, time_estimate
+from ..records import Record, RecordKey, RecordSet, load_records, records_from_results
+from .history import History, judge_history, load_history
+from .result import MOST_REPEATS, Change, GateResult
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -82,7 +77,6 @@ __all__ = [
     "run_gate",
 ]
 
-CONFIDENCE = 0.95
 NO_MEMORY = "peak memory not measured on both sides"
 
 
@@ -94,46 +88,6 @@ def _judge(
     if verdict == INCONCLUSIVE:
         needed = repeats_to_settle(est, bound, higher_is_worse, alpha, MOST_REPEATS)
     return Change(key, metric, est.base, est.cur, est, bound, verdict, needed)
-
-
-def _runs(values: tuple[float, ...], single: float, summarised: Record | None = None) -> RunSummary:
-    """A side's runs: each run's value where kept, else the mean and spread of a `repeats` summary
-    (step time only), else the one run."""
-    if values:
-        return RunSummary.of(values)
-    rec = summarised
-    if rec is not None and rec.repeats > 1 and rec.repeat_step_time_cv is not None:
-        mean = rec.repeat_step_time_mean or single
-        return RunSummary.from_moments(rec.repeats, mean, rec.repeat_step_time_cv * mean)
-    return RunSummary.of([single])
-
-
-def time_estimate(b: Record, c: Record, spread: RunSpread | None = None) -> Estimate:
-    """Step time: runs as the unit where a side has 2+; one run a side against the run-to-run
-    spread of earlier runs where a history gave one; else the two runs' per-step times."""
-    assert b.step_time and c.step_time
-    rb, rc = _runs(b.run_step_times, b.step_time, b), _runs(c.run_step_times, c.step_time, c)
-    if rb.n > 1 or rc.n > 1:
-        return compare_runs(rb, rc, CONFIDENCE)
-    if spread is not None:
-        return compare_with_spread(b.step_time, c.step_time, spread, CONFIDENCE)
-    if min(len(b.step_samples), len(c.step_samples)) >= MIN_STEPS:
-        return compare_steps(b.step_samples, c.step_samples, CONFIDENCE)
-    kept = f"{len(b.step_samples)} and {len(c.step_samples)} step times kept, {MIN_STEPS} needed"
-    if not b.step_samples or not c.step_samples:
-        kept += " (a pytest-benchmark run keeps them with --benchmark-save-data)"
-    return bound_only(b.step_time, c.step_time, f"one run a side, {kept}", CONFIDENCE)
-
-
-def memory_estimate(b: Record, c: Record, spread: RunSpread | None = None) -> Estimate:
-    """Peak memory: one number a run, so only repeats (or earlier runs) give a spread to test with."""
-    assert b.peak_memory_gb and c.peak_memory_gb
-    rb, rc = _runs(b.run_peaks, b.peak_memory_gb), _runs(c.run_peaks, c.peak_memory_gb)
-    if rb.n > 1 or rc.n > 1:
-        return compare_runs(rb, rc, CONFIDENCE)
-    if spread is not None:
-        return compare_with_spread(b.peak_memory_gb, c.peak_memory_gb, spread, CONFIDENCE)
-    return bound_only(b.peak_memory_gb, c.peak_memory_gb, "one peak a side, no sample to test", CONFIDENCE)
 
 
 def compare_records(
@@ -284,7 +238,7 @@ def gate_session(
     storage: Path | str,
 ) -> tuple[int, list[str]]:
     """--llmbench-gate: this session's results against a saved run (already resolved at session
-    start by report/gate_settings.check_gate_baseline), and, with bounds.history, against the last saved
+    start by gate/settings.check_gate_baseline), and, with bounds.history, against the last saved
     runs in the pytest-benchmark storage. Returns (exit code, lines for the terminal summary)."""
     bounds = bounds or GateBounds()
     try:

@@ -10,7 +10,7 @@ samples (the LoRA fine-tuning guide's):
     $ per 1K samples       = $ per second / samples per second x 1,000
 
 No input is called faster or cheaper from noise. Whether two inputs' speeds differ is decided in
-ties.py (the regression gate's 95% interval of the ratio of their speeds): the speed-up carries
+ranking.py (the regression gate's 95% interval of the ratio of their speeds): the speed-up carries
 that interval, "fastest" marks an input measurably faster than every other, and inputs the
 measurements cannot tell from the fastest are each "tied fastest", with a line under the table
 that gives the interval and, among the tied, the cheaper (its price) or the leaner one. A cost per
@@ -20,33 +20,20 @@ inputs at one price are tied on cost exactly when they are tied on speed.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
-from . import fmt
-from .collect import ReportError
-from .configs import strategy_rank
-from .records import Record, RecordKey, RecordSet, load_records
-from .table import colalign
-from .ties import Ranking, Speeds, and_list, methods
+from .. import fmt
+from ..configs import strategy_rank
+from ..ranking import Ranking, Speeds, and_list, methods
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-
-@dataclass(frozen=True)
-class Input:
-    """One side of the comparison."""
-
-    label: str
-    """Short name shown in the tables (the folder or file name)."""
-    records: RecordSet
-    price: float | None = None
-    """$ per GPU-hour, or None without --cost."""
+    from ..records import Record, RecordKey
+    from .inputs import Input
 
 
 @dataclass(frozen=True)
@@ -78,41 +65,6 @@ class Row:
         return rate / s * 1e3 if rate is not None and s else None
 
 
-def parse_prices(raw: Sequence[str] | None, labels: Sequence[str]) -> list[float | None]:
-    """One $/GPU-hour per input, in order; raises ReportError on a count mismatch or a bad number."""
-    if not raw:
-        return [None] * len(labels)
-    if len(raw) != len(labels):
-        raise ReportError(
-            f"--cost: {len(raw)} price(s) for {len(labels)} input(s) ({', '.join(labels)}); "
-            "give one $ per GPU-hour per input, in the same order"
-        )
-    prices: list[float | None] = []
-    for text, label in zip(raw, labels, strict=True):
-        try:
-            value = float(text.lstrip("$"))
-        except ValueError:
-            raise ReportError(f"--cost: {text!r} for {label} is not a number; write e.g. 3.00") from None
-        if not math.isfinite(value) or value < 0:
-            raise ReportError(f"--cost: {text!r} for {label} must be a price of 0 or more ($ per GPU-hour)")
-        prices.append(value)
-    return prices
-
-
-def _labels(paths: Sequence[Path]) -> list[str]:
-    names = [p.name or str(p) for p in paths]
-    if len(set(names)) == len(names):
-        return names
-    return [str(p) for p in paths]  # same folder name on two machines: the full path tells them apart
-
-
-def load_inputs(paths: Sequence[Path | str], prices: Sequence[str] | None = None) -> list[Input]:
-    ps = [Path(p) for p in paths]
-    labels = _labels(ps)
-    costs = parse_prices(prices, labels)
-    return [Input(label, load_records(p), cost) for p, label, cost in zip(ps, labels, costs, strict=True)]
-
-
 @dataclass
 class Verdict:
     """What one configuration's inputs show: who is fastest (or tied for it), who is cheapest."""
@@ -140,7 +92,7 @@ def _cost_tied(speeds: Speeds[Row], cheap: Row, other: Row) -> bool:
 
 
 def verdict(rows: Sequence[Row]) -> Verdict:
-    """The speed ranking and the cheapest inputs of one configuration (ties.py decides ties)."""
+    """The speed ranking and the cheapest inputs of one configuration (ranking.py decides ties)."""
     ok = [r for r in rows if r.record.ok and r.record.step_time]
     if len(ok) < 2:
         return Verdict(None, [])
@@ -297,14 +249,14 @@ class Comparison:
     def format(self) -> str:
         headers, rows = self._table_rows()
         table = tabulate(
-            rows, headers=headers, tablefmt="simple", disable_numparse=True, colalign=colalign(headers)
+            rows, headers=headers, tablefmt="simple", disable_numparse=True, colalign=fmt.colalign(headers)
         )
         return "\n".join([*self._inputs_lines(), "", table, "", *self._footer()])
 
     def markdown(self) -> str:
         headers, rows = self._table_rows()
         table = tabulate(
-            rows, headers=headers, tablefmt="github", disable_numparse=True, colalign=colalign(headers)
+            rows, headers=headers, tablefmt="github", disable_numparse=True, colalign=fmt.colalign(headers)
         )
         inputs = [f"- {line}" for line in self._inputs_lines()]
         return "\n".join(["# Comparison", "", *inputs, "", table, "", *self._footer(), ""])

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
-from .table import colalign
+from ..fmt import colalign
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -1,5 +1,5 @@
 """What the regression gate found, and how it reads: each change with its interval and p-value,
-the history's findings, the table and the verdict line. gate.py computes; this module prints.
+the history's findings, the table and the verdict line. run.py computes; this module prints.
 
 Standard library and tabulate.
 """
@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
-from ..analysis.significance import IMPROVED, INCONCLUSIVE, REGRESSION, STEPS, Estimate
-from ..config.gate_bounds import MIN_SPREAD_RUNS, GateBounds, min_history
-from . import fmt
-from .table import colalign
+from ...analysis.significance import IMPROVED, INCONCLUSIVE, REGRESSION, STEPS, Estimate
+from ...config.gate_bounds import MIN_SPREAD_RUNS, GateBounds, min_history
+from .. import fmt
+from ..fmt import colalign
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .gate_history import HistoryFinding
-    from .records import RecordKey, RecordSet
+    from ..records import RecordKey, RecordSet
+    from .history import HistoryFinding
 
 MOST_REPEATS = 100
 """The most runs a side the gate suggests; a change that needs more sits on its bound."""

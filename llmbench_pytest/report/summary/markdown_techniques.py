@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import fmt
-from .configs import ConfigKey, technique_label
+from .. import fmt
+from ..configs import ConfigKey, technique_label
 from .md_table import md_table
 from .table import FP8_MFU_NOTE
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .configs import Config
+    from ..configs import Config
 
 # (ConfigKey field, its default, how a row names the technique)
 TECHNIQUES: tuple[tuple[str, Any, str], ...] = (
