@@ -401,8 +401,7 @@ def _readme(args: argparse.Namespace) -> int:
     from . import readme
 
     try:
-        whole = readme.text()
-        print(readme.section(whole, args.section) if args.section else whole, end="")
+        print(readme.find(args.section) if args.section else readme.text(), end="")
     except readme.ReadmeError as exc:
         print(f"llmbench readme: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
@@ -412,9 +411,10 @@ def _readme(args: argparse.Namespace) -> int:
 def _add_readme(sub: Any) -> None:
     cmd = sub.add_parser(
         "readme",
-        help="print the README installed with llmbench, or one of its sections",
-        description="Print the README (how to run the benchmarks, every option, how to read the "
-        "report) as installed with this llmbench, or the one section whose title contains SECTION.",
+        help="print the README installed with llmbench, or one section of it or of the docs pages",
+        description="Print the README (how to run the benchmarks and read the report) as installed "
+        "with this llmbench, or the first section of it or of the docs pages (in a checkout; the options "
+        "reference everywhere) whose title contains SECTION.",
         epilog='example: llmbench readme "What a run produces"',
     )
     cmd.add_argument("section", nargs="?", metavar="SECTION", help="a word or words of a section's title")

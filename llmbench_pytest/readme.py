@@ -1,8 +1,10 @@
-"""The README, as installed with the package: `llmbench readme [SECTION]`.
+"""The README and the docs pages, as installed with the package: `llmbench readme [SECTION]`.
 
 pip keeps the README in the installed distribution's metadata (pyproject's `readme`), so a user who
 installed llmbench without cloning it can still read how to run the benchmarks and read their
-results. A checkout reads its README.md, beside the package, first.
+results. A checkout reads its README.md, beside the package, first, and its docs/*.md pages, where
+the README sends a reader for the rest; the options reference is generated from the options'
+definitions (options_doc.py), so it is there installed or not.
 """
 
 from __future__ import annotations
@@ -31,6 +33,32 @@ def text() -> str:
     if body:
         return str(body)
     raise ReadmeError("no README is installed with this llmbench (its metadata has no description)")
+
+
+def pages() -> dict[str, str]:
+    """The README, then each docs page of a checkout (docs/results/ holds measurement records, not
+    pages), by path; the options reference is generated where no checkout holds it."""
+    found = {"README.md": text()}
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    for page in sorted(docs.glob("*.md")):
+        found[f"docs/{page.name}"] = page.read_text()
+    if "docs/options.md" not in found:
+        from . import options_doc
+
+        found["docs/options.md"] = options_doc.markdown()
+    return found
+
+
+def find(name: str) -> str:
+    """The first section, in the README or a docs page, whose title contains NAME (any case)."""
+    everything = pages()
+    for body in everything.values():
+        try:
+            return section(body, name)
+        except ReadmeError:
+            continue
+    listed = "\n".join(f"  {title}" for body in everything.values() for title in headings(body))
+    raise ReadmeError(f"no section of the README or docs is titled like {name!r}; their sections:\n{listed}")
 
 
 def headings(readme: str) -> list[str]:

@@ -1,4 +1,6 @@
-"""The README documents every option the plugin has, and ships with it: `llmbench readme`."""
+"""The README is a page a newcomer reads in minutes, the docs answer one question a page, every link
+resolves, the options reference is the options' own definitions, and `llmbench readme` prints any
+section of them."""
 
 import ast
 import re
@@ -8,16 +10,37 @@ import sys
 import pytest
 
 from conftest import REPO
-from llmbench_pytest import readme
+from llmbench_pytest import options_doc, readme
 from llmbench_pytest.config.hardware import Hardware
-from llmbench_pytest.config.options import SETTINGS, SessionOptions
+from llmbench_pytest.config.options import SETTINGS, SessionOptions, Setting
 from llmbench_pytest.launch.matrix import build_matrix
 
 
-def test_every_option_is_in_the_readme():
-    readme = (REPO / "README.md").read_text()
-    missing = [s.option for s in SETTINGS if s.option not in readme]
-    assert not missing, f"README.md does not document {missing}"
+def test_the_options_reference_is_what_the_definitions_generate():
+    """docs/options.md is options_doc's output (regenerate: python -m llmbench_pytest.options_doc),
+    one row per setting, in the order the plugin defines them."""
+    page = (REPO / "docs" / "options.md").read_text()
+    assert page == options_doc.markdown(), (
+        "docs/options.md drifted: run python -m llmbench_pytest.options_doc"
+    )
+    rows = [line.split("|")[1].strip(" `") for line in page.splitlines() if line.startswith("| `--llmbench-")]
+    assert rows == [s.option for s in SETTINGS]
+    assert options_doc.main(["--check"]) == 0
+
+
+def test_an_option_added_or_reworded_without_regenerating_fails_the_check(tmp_path, capsys):
+    stale = tmp_path / "options.md"
+    stale.write_text(options_doc.markdown(SETTINGS[:-1]))  # the page before the last option was added
+    assert options_doc.main(["--check", "--out", str(stale)]) == 1
+    assert (
+        "differs from the options' definitions: run python -m llmbench_pytest.options_doc"
+        in capsys.readouterr().err
+    )
+    reworded = Setting(SETTINGS[0].name, "another text", SETTINGS[0].parse, SETTINGS[0].metavar)
+    assert options_doc.markdown((reworded, *SETTINGS[1:])) != options_doc.markdown()
+    # a | in a help text does not split its cell
+    piped = Setting("x", "a|b", str, "A|B")
+    assert len(re.split(r"(?<!\\)\|", options_doc._row(piped))) == 7, options_doc._row(piped)  # 5 cells
 
 
 def _llmbench(*args: str) -> subprocess.CompletedProcess:
@@ -27,19 +50,23 @@ def _llmbench(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_llmbench_readme_prints_one_section_down_to_the_next_of_its_level():
-    done = _llmbench("readme", "validation checks")
+    done = _llmbench("readme", "the first run")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("## Validation checks\n")
-    assert "llmbench.validate(result)" in done.stdout
+    assert done.stdout.startswith("### The first run\n")
+    assert "pytest benchmarks/test_pretrain.py" in done.stdout
     assert "\n## " not in done.stdout  # the next section is left out
     whole = _llmbench("readme").stdout
     assert whole == (REPO / "README.md").read_text() and done.stdout in whole
+    # a section of a docs page: the checks page, whole, as the README's link sends a reader to it
+    checks = _llmbench("readme", "validation checks")
+    assert checks.returncode == 0 and checks.stdout == (REPO / "docs" / "checks.md").read_text()
+    assert "llmbench.validate(result)" in checks.stdout
 
 
 def test_an_unknown_section_is_refused_with_the_sections_there_are():
     done = _llmbench("readme", "no such section")
     assert done.returncode == 2 and done.stdout == ""
-    assert "no section of the README is titled like 'no such section'" in done.stderr
+    assert "no section of the README or docs is titled like 'no such section'" in done.stderr
     assert "  Quick start\n" in done.stderr and "  Validation checks\n" in done.stderr
 
 
@@ -65,11 +92,12 @@ def _markers() -> dict[str, dict]:
 
 @pytest.mark.parametrize(("gpus", "sizes"), [(4, [1, 2, 4]), (8, [1, 2, 4, 8])])
 def test_the_configuration_counts_the_readme_gives_for_a_gpu_node_are_the_suites(gpus, sizes):
-    """*Several GPUs and nodes*: "26 configurations per world size on a GPU node ... 78 at world
+    """docs/gpus-and-nodes.md: "26 configurations per world size on a GPU node ... 78 at world
     sizes 1, 2 and 4 and 104 at 1, 2, 4 and 8, of which zero3_nvme's (one per world size) are
     skipped ...: 75 and 100 train", which the time estimates multiply. The matrix the plugin
     builds from the benchmark files' markers, on a node of that many H100s (no GPU needed)."""
-    text = " ".join(readme.section((REPO / "README.md").read_text(), "Several GPUs and nodes").split())
+    page = (REPO / "docs" / "gpus-and-nodes.md").read_text()
+    text = " ".join(readme.section(page, "One node with 2, 4 or 8 GPUs").split())
     per_size = int(re.search(r"The default suite is (\d+) configurations per world size", text)[1])
     collected = re.search(r"That is (\d+) at world sizes 1, 2 and 4 and (\d+) at 1, 2, 4 and 8", text)
     trained = re.search(r"(\d+) and (\d+) train", text)

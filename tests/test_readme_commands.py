@@ -1,14 +1,17 @@
-"""The README's first commands do what the README says they do.
+"""The commands of the README and the docs pages do what they say they do.
 
 The Quick start's first run is read out of the README (not copied here), run once with a short
 fixed measurement, and every file the section tells a newcomer to read is looked for where it
-says, and its report is read for the choice it makes; then the commands of *Reports, machine and
-price comparison* (report, compare, gate) run on what the first run wrote, and those of *Will it
-fit* (`llmbench plan`) on their own. *Several GPUs and nodes*' torchrun lines (one world size a
-session, two nodes with their own rendezvous) run at CPU size, and its report over their sessions
-is read for the scaling it promises; the `-k` expressions the Quick start gives are collected. A
-README that drifts from the code (a path that moved, a command that no longer runs or does
-something else) fails here.
+says, and its report is read for the choice it makes; then the commands of docs/reports.md and
+docs/gate.md (report, compare, gate), the README's `pytest-benchmark compare` and docs/plan-and-
+scale.md's `llmbench scale` run on what the first run wrote, and `llmbench plan` on its own.
+docs/gpus-and-nodes.md's torchrun lines (one world size a session, two nodes with their own
+rendezvous) run at CPU size, and its report over their sessions is read for the scaling it
+promises; the `-k` expressions the Quick start gives are collected. Every command line of the
+README and docs/*.md is either run here (RUN_HERE names the test) or named as one that needs GPUs
+or runs elsewhere, with the reason: a page that gains a command no test knows fails. A README
+that drifts from the code (a path that moved, a command that no longer runs or does something
+else) fails here.
 """
 
 from __future__ import annotations
@@ -32,6 +35,14 @@ from llmbench_pytest.config.spec import DEFAULT_STRATEGIES
 from llmbench_pytest.results.storage import is_session_folder
 
 README = (REPO / "README.md").read_text()
+DOCS = REPO / "docs"
+
+
+def page(name: str) -> str:
+    """docs/NAME, where the README sends a reader for the rest."""
+    return (DOCS / name).read_text()
+
+
 FIRST_RUN = "readme_first_run"
 """The Quick start's first run, trained once for the tests that read what it wrote."""
 MEASURED = ["--llmbench-warmup=1", f"--llmbench-steps={MIN_STEPS}"]
@@ -41,12 +52,12 @@ step times (fewer, and it has only the bound)."""
 
 def commands(section: str, program: str) -> list[list[str]]:
     """The command lines of SECTION's bash blocks that start with PROGRAM, comments dropped."""
-    found, fenced = [], False
+    found, fenced = [], None
     for line in section.splitlines():
         if line.startswith("```"):
-            fenced = not fenced
+            fenced = None if fenced is not None else line[3:].strip()
             continue
-        if fenced and line.startswith(program + " "):
+        if fenced == "bash" and line.startswith(program + " "):
             found.append(shlex.split(line, comments=True))
     return found
 
@@ -142,8 +153,7 @@ def test_the_quick_start_first_run_writes_what_the_readme_says(first_run):
     runs = list(bench.path.glob("results/latest/*/result.json"))
     assert len(runs) == 2 * len(strategies) and all((r.parent / "rank0.log").is_file() for r in runs)
     # the report command the README gives for a finished session
-    reports = readme.section(README, "Reports, machine and price comparison")
-    report = one(commands(reports, "llmbench"), "report")
+    report = one(commands(page("reports.md"), "llmbench"), "report")
     out = bench.run(sys.executable, "-m", "llmbench_pytest.cli", *report[1:], "--no-plots")
     assert out.ret == 0, out.stderr
     out.stdout.fnmatch_lines(["*zero2 * 2 *", "wrote *results/latest/summary/metrics.csv"])
@@ -194,8 +204,7 @@ def slowed(session: Path, into: Path, factor: float = 2.0) -> None:
 @pytest.mark.xdist_group(FIRST_RUN)
 def test_the_compare_and_gate_commands_do_what_the_readme_says(first_run, tmp_path):
     bench, _ = first_run
-    reports = readme.section(README, "Reports, machine and price comparison")
-    found = commands(reports, "llmbench")
+    found = commands(page("reports.md"), "llmbench") + commands(page("gate.md"), "llmbench")
     session = (bench.path / "results" / "latest").resolve()
     runs = {
         (d["strategy"], d["world_size"]): d
@@ -205,7 +214,7 @@ def test_the_compare_and_gate_commands_do_what_the_readme_says(first_run, tmp_pa
 
     # `llmbench compare results-h100/ results-h200/ --cost 3.00 5.50`: per configuration, with $ per
     # 1M tokens; here both inputs hold the first run's session
-    compare = one(found, "compare")
+    compare, with_markdown = (c for c in found if c[1] == "compare")  # the second adds --markdown
     for folder in compare[2:4]:
         shutil.copytree(session, tmp_path / folder, ignore=shutil.ignore_patterns("summary"))
     out = llmbench(compare, tmp_path)
@@ -222,6 +231,10 @@ def test_the_compare_and_gate_commands_do_what_the_readme_says(first_run, tmp_pa
         # last digit (a fixed relative tolerance failed on a CPU fast enough to land near $1.00)
         last_digit = 10.0 ** -len(shown.partition(".")[2])
         assert abs(float(shown.replace(",", "")) - expected) <= last_digit / 2 + 1e-9, row
+    # ... and the same with --markdown FILE: the table written there too
+    out = llmbench(with_markdown, tmp_path)
+    written = tmp_path / with_markdown[with_markdown.index("--markdown") + 1]
+    assert out.returncode == 0 and "$" in written.read_text(), out.stdout + out.stderr
     # the second input, against the first: the same speed, its own price
     second = [r for r in lines_with(out.stdout, compare[3].rstrip("/"), "1.00x", "$") if r.startswith(" ")]
     assert len(second) == len(runs), out.stdout
@@ -263,9 +276,10 @@ def test_the_compare_and_gate_commands_do_what_the_readme_says(first_run, tmp_pa
 
 @pytest.mark.xdist_group("step_traces")  # with the other tests that trace steps: each traced once
 def test_llmbench_plan_prints_what_the_readme_says(tmp_path):
-    """*Will it fit*: per strategy the predicted peak per rank in its parts, allocated and reserved
-    (allocated x 1.11), whether it fits and the largest batch that fits; on this CPU, in seconds."""
-    fit = readme.section(README, "Will it fit")
+    """docs/plan-and-scale.md, *Will it fit*: per strategy the predicted peak per rank in its parts,
+    allocated and reserved (allocated x 1.11), whether it fits and the largest batch that fits; on
+    this CPU, in seconds."""
+    fit = readme.section(page("plan-and-scale.md"), "Will it fit")
     plans = commands(fit, "llmbench")
     assert [c[:2] for c in plans] == [["llmbench", "plan"]] * 2, plans
     env = {}  # the suite's trace cache (conftest.py): llama-1b's steps are traced once for the suite
@@ -303,7 +317,7 @@ def collected_strategies(bench, expression: str) -> set[str]:
     return {i.partition("-ws")[0] for i in ids}
 
 
-def test_the_k_expressions_the_quick_start_gives_select_what_it_says(bench):
+def test_the_k_expressions_and_collect_only_do_what_they_say(bench):
     # "`-k zero2` selects `zero2_offload` too, and `-k fsdp` selects `fsdp_grad_op` too; `-k "fsdp
     # and not grad_op"` selects `fsdp` alone": collection only, nothing trains
     quick = " ".join(readme.section(README, "Quick start").split())
@@ -314,6 +328,10 @@ def test_the_k_expressions_the_quick_start_gives_select_what_it_says(bench):
         assert {expression, also} <= collected_strategies(bench, expression), expression
     for expression, strategy in alone:
         assert collected_strategies(bench, expression) == {strategy}, expression
+    # docs/gpus-and-nodes.md: "how many configurations that is, before anything trains"
+    (count,) = (c for c in commands(page("gpus-and-nodes.md"), "pytest") if "--collect-only" in c)
+    out = bench.runpytest_subprocess(*count[1:])
+    assert out.ret == 0 and re.search(r"^\d+ tests? collected", out.outlines[-1]), out.outlines[-3:]
 
 
 def free_port() -> int:
@@ -327,10 +345,10 @@ CPU_SIZE = ["-k", "test_pretrain", "--llmbench-strategies=ddp", *FEW_STEPS, "-p"
 
 
 def test_sessions_of_one_world_size_each_give_scaling_in_one_report(bench):
-    """*Several GPUs and nodes*: the lines that run one world size a session into one folder, one
+    """docs/gpus-and-nodes.md: the lines that run one world size a session into one folder, one
     of them on two nodes with their own rendezvous (here two torchrun agents on this machine, one
     rank each), then `llmbench report` over the folder: scaling against the world-size-1 session."""
-    section = readme.section(README, "Several GPUs and nodes")
+    section = readme.section(page("gpus-and-nodes.md"), "Scaling from torchrun")
     lines = commands(section, "torchrun")
     folder = "--llmbench-results-dir=results/scaling"
     single = [c for c in lines if folder in c and "--nproc_per_node=1" in c]
@@ -414,3 +432,165 @@ def test_make_bench_with_small_settings_names_the_report_it_wrote(tmp_path):
     assert f"Report:  {report}" in done.stdout, done.stdout[-2000:]
     assert report.is_file() and "zero2" in report.read_text()
     assert len(list((results / "latest").glob("*_results/result.json"))) == 1
+
+
+@pytest.mark.xdist_group(FIRST_RUN)
+def test_pytest_benchmark_compare_reads_two_saved_runs(first_run, tmp_path):
+    """The README's `pytest-benchmark compare`: pytest-benchmark's own CLI on storage a real run
+    wrote (the first run, saved with --benchmark-autosave; here its saved file twice, as two runs)."""
+    bench, _ = first_run
+    ways = readme.section(README, "Saved runs side by side")
+    save, compare = commands(ways, "pytest")[0], commands(ways, "pytest-benchmark")[0]
+    storage = next(a.split("=", 1)[1] for a in save if a.startswith("--benchmark-storage="))
+    assert "--benchmark-autosave" in save and compare[1:3] == ["--storage", storage], (save, compare)
+    (saved,) = (bench.path / ".benchmarks").glob("*/0001_*.json")
+    machine = tmp_path / storage / saved.parent.name
+    machine.mkdir(parents=True)
+    for counter in compare[4:6]:  # 0001 0002
+        shutil.copy(saved, machine / saved.name.replace("0001_", f"{counter}_", 1))
+    cli = Path(sys.executable).with_name("pytest-benchmark")
+    done = subprocess.run([str(cli), *compare[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    strategies = first_strategies()
+    for strategy in strategies:  # one table per configuration, each with both saved runs
+        header = f"benchmark 'test_pretrain[{strategy}-ws1-seq128-llama-tiny]': 2 tests"
+        assert header in done.stdout, done.stdout
+    rows = [line for line in done.stdout.splitlines() if line.startswith("test_pretrain[")]
+    assert len(rows) == 2 * 2 * len(strategies), done.stdout  # two world sizes, two saved runs
+    assert "Name (time in ms)" in done.stdout and "Rounds" in done.stdout
+
+
+@pytest.mark.xdist_group(FIRST_RUN)
+def test_the_scale_commands_predict_from_the_first_run(first_run, tmp_path):
+    """docs/plan-and-scale.md's `llmbench scale` lines on the first run's session (one and two CPU
+    ranks): the first asks for the network beyond a node, the others predict and write."""
+    bench, _ = first_run
+    lines = commands(readme.section(page("plan-and-scale.md"), "How fast at 64"), "llmbench")
+    assert [c[:3] for c in lines] == [["llmbench", "scale", "results/latest"]] * 3, lines
+    shutil.copytree(bench.path / "results", tmp_path / "results", symlinks=True)
+    asks = llmbench(lines[0], tmp_path)
+    assert asks.returncode == 2 and "name the network between them" in asks.stderr, asks.stderr
+    for command in lines[1:]:
+        done = llmbench(command, tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "link inside a node: measured by the session's probe" in done.stdout, done.stdout
+    assert (tmp_path / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    predicted = json.loads((tmp_path / "scale.json").read_text())
+    sizes = {p["world_size"] for c in predicted["configurations"] for p in c["predictions"]}
+    assert {16, 64, 512} <= sizes, sizes
+
+
+def doc_commands() -> dict[str, list[str]]:
+    """Every command line of the README's and docs/*.md's bash blocks (comments dropped, a line
+    continued with a backslash joined, spaces collapsed), with the pages it is on."""
+    found: dict[str, list[str]] = {}
+    for path in [REPO / "README.md", *sorted(DOCS.glob("*.md"))]:
+        fenced, pending = None, ""
+        for line in path.read_text().splitlines():
+            if line.lstrip().startswith("```"):
+                fenced = None if fenced is not None else line.strip()[3:]
+                continue
+            if fenced not in ("bash", "sh") or line.strip().startswith("#"):
+                continue
+            text = pending + line.split(" #")[0].strip()
+            if text.endswith("\\"):
+                pending = text[:-1] + " "
+                continue
+            pending, text = "", " ".join(text.split())
+            if text:
+                found.setdefault(text, []).append(str(path.relative_to(REPO)))
+    return found
+
+
+FIRST = " ".join(first_command())
+SCALING = "-m pytest benchmarks/test_pretrain.py --llmbench-results-dir=results/scaling"
+NODES = "torchrun --nnodes=2 --node-rank=$NODE_RANK --nproc_per_node=8 --rdzv-endpoint=$HEAD:29500"
+SAVE = f"{' '.join(first_command()[:3])} --benchmark-autosave --benchmark-storage=bench-runs"
+COMPARE = "pytest-benchmark --storage bench-runs compare 0001 0002 --group-by=name"
+PLAN_7B = "llmbench plan llama-7b --gpu 80GiB --gpus 8 --seq-len 4096 --strategies fsdp,zero2,zero3"
+SCALE = "llmbench scale results/latest"
+GATE_SESSION = (
+    "python -m pytest benchmarks/test_pretrain.py -q -p no:cacheprovider --llmbench-strategies=ddp "
+    "--llmbench-world-sizes=1 --llmbench-launch=inprocess --llmbench-model=llama-1b --llmbench-seq-lens=1024 "
+    "--llmbench-batch=8 --llmbench-repeat=3 --llmbench-max-cv=1 --llmbench-max-repeat-spread=1 "
+    "--llmbench-results-dir=DIR/session-NN"
+)
+TTA = "python tools/time_to_answer.py"
+T_FIRST = "test_the_quick_start_first_run_writes_what_the_readme_says"
+T_GATE = "test_the_compare_and_gate_commands_do_what_the_readme_says"
+T_PLAN = "test_llmbench_plan_prints_what_the_readme_says"
+T_SCALE = "test_the_scale_commands_predict_from_the_first_run"
+T_SESSIONS = "test_sessions_of_one_world_size_each_give_scaling_in_one_report"
+T_BENCH = "test_pytest_benchmark_compare_reads_two_saved_runs"
+RUN_HERE = {
+    FIRST: T_FIRST,
+    "make bench": "test_make_bench_with_small_settings_names_the_report_it_wrote (narrowed with ARGS)",
+    SAVE: f"first_run (the first run, with --benchmark-autosave) and {T_BENCH}",
+    f"{COMPARE} --columns=min,median,mean,stddev,rounds": T_BENCH,
+    "llmbench report results/latest": T_FIRST,
+    "llmbench compare results-h100/ results-h200/ --cost 3.00 5.50": T_GATE,
+    "llmbench compare results-h100/ results-h200/ --cost 3.00 5.50 --markdown comparison.md": T_GATE,
+    "llmbench gate --baseline .benchmarks --current results/latest": T_GATE,
+    "llmbench gate --history .benchmarks --current results/latest": T_GATE,
+    "llmbench plan llama-1b --gpu H100": T_PLAN,
+    f"{PLAN_7B} --plot plan.png": T_PLAN,
+    SCALE: T_SCALE,
+    f"{SCALE} --network 400G --plot scale.png": T_SCALE,
+    f"{SCALE} --network-gbps 40 --network-latency-us 8 --world-sizes 16,64,512 --json scale.json": T_SCALE,
+    f"torchrun --nproc_per_node=1 {SCALING}": T_SESSIONS,
+    f"{NODES} {SCALING}": f"{T_SESSIONS} (two agents, one rank each)",
+    "llmbench report results/scaling": T_SESSIONS,
+    "pytest benchmarks/ --collect-only -q": "test_the_k_expressions_and_collect_only_do_what_they_say",
+}
+"""The command lines a test of this file runs, each with the test."""
+GPU_ONLY = {
+    "torchrun --nproc_per_node=8 -m pytest benchmarks/ -k zero2": "8 GPUs (in-rank mode at CPU size: "
+    "the scaling lines, tests/test_torchrun.py)",
+    f"torchrun --nproc_per_node=2 {SCALING}": "2 GPUs (the same line at 1 rank and on two agents runs here)",
+    f"torchrun --nproc_per_node=4 {SCALING}": "4 GPUs",
+    f"torchrun --nproc_per_node=8 {SCALING}": "8 GPUs",
+    f"{NODES} -m pytest benchmarks/": "two nodes of 8 GPUs (the two-node rendezvous runs here at CPU size)",
+    f"{NODES} -m pytest benchmarks/ --llmbench-report": "two nodes of 8 GPUs",
+    "pytest benchmarks/ -k zero2 --llmbench-world-sizes=1,2,4,8": "8 GPUs",
+    "pytest benchmarks/ -n auto": "a multi-GPU node (pytest-xdist at CPU size: tests/test_xdist.py)",
+    "pytest benchmarks/ --benchmark-autosave": "the GPU runner that gates CI (refreshing its baseline)",
+    f"{TTA} --goal-wall 150 --goal-share 0.6 -- pytest benchmarks/test_pretrain.py": "1x H100 "
+    "(the tool: tests/test_time_to_answer_tool.py)",
+    "python tools/gate_error_rates.py collect DIR --sessions 20": "20 sessions (the GPU sets on an H100 "
+    "host; the tool: tests/test_gate_stats.py)",
+    GATE_SESSION: "llama-1b on an H100, eleven sessions",
+    "python tools/gate_error_rates.py analyse DIR [--every-pair]": "the sessions above",
+}
+"""The command lines that need GPUs (or hours of them), with what they need."""
+ELSEWHERE = {
+    "make test": "the plugin's own tests: .ci/run runs it",
+    "make setup": "every make target's first step; .ci/run and the make bench test run it",
+    ". .venv/bin/activate": "the shell's, not a command of llmbench",
+    "pytest": "the plugin's own tests, what make test runs",
+    "pytest --shuffle-seed=123456 -n 3 --dist loadgroup": "the plugin's own tests in a replayed order",
+    "pytest benchmarks/": "the whole default suite (make bench; narrowed here by the make bench test)",
+    "pytest benchmarks/ --llmbench-report": "the whole default suite with its report: make bench",
+    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu": "ci/github-actions.yml",
+    "pip install torch": "an NVIDIA GPU machine",
+    "pip install -e .": "ci/github-actions.yml's cpu-smoke; tools/dev.sh",
+    'pip install -e ".[gpu]"': "ci/github-actions.yml's gpu-benchmarks (a GPU machine)",
+    'pip install -e ".[fp8]"': "installs torchao, which make setup installs too",
+    'pip install -e ".[test]"': "tools/dev.sh (make test)",
+    f"{TTA} --json tta.json -- pytest benchmarks/test_pretrain.py --llmbench-world-sizes=1,2": "the "
+    "default pre-training suite, timed (the tool: tests/test_time_to_answer_tool.py)",
+}
+"""The command lines no test here runs, with where they run instead."""
+
+
+def test_every_command_of_the_readme_and_docs_is_run_here_or_named():
+    found = doc_commands()
+    named = {**RUN_HERE, **GPU_ONLY, **ELSEWHERE}
+    assert len(named) == len(RUN_HERE) + len(GPU_ONLY) + len(ELSEWHERE), "a command is named twice"
+    unknown = {c: pages for c, pages in found.items() if c not in named}
+    assert not unknown, f"commands no test runs or names (add a test, or name them in GPU_ONLY): {unknown}"
+    stale = sorted(set(named) - set(found))
+    assert not stale, f"named here, on no page any more: {stale}"
+    # a test named as running a command exists in this file
+    tests = {name for name in globals() if name.startswith("test_")} | {"first_run"}
+    assert all(why.split()[0] in tests for why in RUN_HERE.values()), RUN_HERE
