@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmbench_pytest.config.spec import RunSpec, SpecError
-from llmbench_pytest.session.eta import Eta, Planned, expected_seconds
+from llmbench_pytest.session.eta import Eta, Planned, expected_seconds, start_kind
 
 TAIL_S = 30.0
 """Ends with less than this left are not judged: a few seconds off is a large share of nothing."""
@@ -65,10 +65,11 @@ def configurations(folder: Path) -> list[dict[str, Any]]:
 
 def replay(configs: list[dict[str, Any]]) -> dict[str, Any]:
     """The ETA at the start and after each end, beside the time really left."""
-    eta = Eta(
-        {c["name"]: Planned(c["name"], c["name"], c["spec"].name, expected_seconds(c["spec"]), c["at_once"])
-         for c in configs}
-    )  # fmt: skip
+    plan, seen = {}, {}  # planned in the session's order: each start as start_kind names it
+    for c in configs:
+        guess = expected_seconds(c["spec"], 1, start_kind(c["spec"], seen, c["at_once"]))
+        plan[c["name"]] = Planned(c["name"], c["name"], c["spec"].name, guess, c["at_once"])
+    eta = Eta(plan)
     begin, end = configs[0]["start"], max(c["end"] for c in configs)
     events = sorted(
         [(c["start"], 1, c["name"]) for c in configs] + [(c["end"], 0, c["name"]) for c in configs]

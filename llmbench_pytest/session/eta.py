@@ -1,18 +1,18 @@
 """How long the rest of the session will take: each configuration's expected cost, corrected by
 the configurations that already finished. Standard library only.
 
-Before a configuration runs, its cost is guessed in seconds (`expected_seconds`): a fixed start (the
-rank's set-up outside its steps; offload's pinning of host memory on top) plus its unmeasured steps
+Before a configuration runs, its cost is guessed in seconds (`expected_seconds`): a start (the
+rank's set-up outside its steps, by whether its ranks are the session's first, a new group or warm
+ones: START_S; offload's pinning of host memory on top) plus its unmeasured steps
 (warm-up, profiled) and its measured window, each step at 6 x parameters x tokens FLOPs (the PaLM
 count without attention) per rank at a sustained rate per rank, times a factor for optimizer
 offload. An adaptive window with a time budget (a GPU's) is guessed at a share of the budget, or its
 minimum steps where those take longer, never more than its step cap: a quarter where the step is
 steady (it stops at its precision after 10 to 15 steps), all of it for ZeRO-3 and offload, whose
 host-bound steps run to the budget (WINDOW_BUDGET_SHARE). The constants: on the 2-core CPU machine
-llama-tiny trains at about 4e10 FLOP/s per rank and a configuration costs about 10 s outside its
-steps; on 1x H100 llama-1b DDP sustains about 3e14 FLOP/s (0.31 s per step); on 2x H200
-and 1x H100 (2026-11-26 and 27) a warm rank's configuration spent 1-2 s outside its steps and the
-first of a group 10-15 s, offload's steps took about 2 x DDP's and its set-up 7-10 s more.
+llama-tiny trains at about 4e10 FLOP/s per rank (START_S: the seconds outside its steps); on 1x
+H100 llama-1b DDP sustains about 3e14 FLOP/s (0.31 s per step); on 2x H200 and 1x H100 (2026-11-26
+and 27) offload's steps took about 2 x DDP's and its set-up 7-10 s more.
 
 As configurations finish, each remaining one's guess is scaled by the measured/guessed ratio of the
 finished ones with the same strategy, else of all finished ones (a ratio estimator), that last one
@@ -37,9 +37,20 @@ from ..config.spec import SpecError
 if TYPE_CHECKING:
     from ..config.spec import RunSpec
 
-START_S = {"cpu": 10.0, "cuda": 5.0}
-"""Seconds a configuration costs outside its steps (measured: ~10 s on CPU; on a GPU 1-2 s on warm
-ranks, 10-15 s for a group's first configuration)."""
+START_S = {
+    "cpu": {"session": 5.5, "group": 2.0, "warm": 1.0},
+    "cuda": {"session": 5.0, "group": 5.0, "warm": 5.0},
+}
+"""Seconds a configuration costs outside its steps, by how its ranks start (start_kind): the
+session's first configuration (on a Linux CPU the launcher's fork server imports torch, transformers
+and DeepSpeed then), a later world size's first (a new group of ranks, its link probe), or a warm
+rank's. Measured on the 2-core CPU VM (2026-11-28, the README's first run, twice: each configuration
+from its start to its end, less its steps): 5.6-6.2 s for the session's first, 1.9-2.5 s for the
+first at two ranks (1.2 s of it the link probe), 0.3-2.3 s for a warm one (DeepSpeed's wrap 0.9 s).
+The 10 s per configuration guessed before (fresh processes, before ranks were forks kept warm) put
+the first ETA of that 17-22 s session at 1:04. On a GPU one figure stands for all three: 5 s replayed
+the 15 kept GPU sessions within 0.87-1.29 of their length, where a warm rank's configuration spends
+1-2 s outside its steps and a group's first 10-15 s (2x H200 and 1x H100, 2026-11-26 and 27)."""
 RANK_FLOPS = {"cpu": 4e10, "cuda": 3e14}
 """Training FLOP/s one rank sustains (measured: llama-tiny on a CPU core, llama-1b DDP on H100)."""
 OFFLOAD_FACTOR = {
@@ -103,12 +114,26 @@ def _window_s(spec: RunSpec, step_s: float) -> float:
     return spec.steps * step_s
 
 
-def expected_seconds(spec: RunSpec, repeats: int = 1) -> float:
-    """A rough guess of one configuration's wall time; see the module's docstring."""
+def start_kind(spec: RunSpec, seen: dict[int, int], lanes: int = 1) -> str:
+    """How the configuration planned next starts its ranks, in the order the session runs them:
+    the session's first (`session`), among the first LANES of its world size (`group`: each lane
+    starts a group of ranks), or on ranks a configuration before it kept warm (`warm`). SEEN counts
+    the configurations planned so far per world size; it is updated. (With --llmbench-isolate every
+    configuration starts a group: the ETA then learns the difference from the first ones to finish.)"""
+    count = seen.get(spec.world_size, 0)
+    seen[spec.world_size] = count + 1
+    if sum(seen.values()) == 1:
+        return "session"
+    return "group" if count < max(lanes, 1) else "warm"
+
+
+def expected_seconds(spec: RunSpec, repeats: int = 1, start: str = "group") -> float:
+    """A rough guess of one configuration's wall time, its ranks started as START says (start_kind);
+    see the module's docstring."""
     device = spec.device if spec.device in START_S else "cpu"
     flops_per_rank = 6.0 * _params(spec) * spec.tokens_per_step / spec.world_size
     step_s = flops_per_rank / RANK_FLOPS[device] * OFFLOAD_FACTOR[device].get(spec.offload, 1.0)
-    start_s = START_S[device] + (OFFLOAD_SETUP_S[device] if spec.offload != "none" else 0.0)
+    start_s = START_S[device][start] + (OFFLOAD_SETUP_S[device] if spec.offload != "none" else 0.0)
     return repeats * (start_s + (spec.warmup + spec.profile_steps) * step_s + _window_s(spec, step_s))
 
 

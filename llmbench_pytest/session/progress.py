@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .eta import Eta, Planned, expected_seconds
+from .eta import Eta, Planned, expected_seconds, start_kind
 from .screen import Lines, Live, live_possible
 
 if TYPE_CHECKING:
@@ -82,13 +82,14 @@ def build_plan(
 ) -> list[Planned]:
     """The configurations that will train, in order: every selected llmbench item not skipped;
     `at_once` says how many train at once with each (session/side_by_side.py)."""
-    plan = []
+    plan, seen = [], {}
     for item in items:
         spec = getattr(getattr(item, "callspec", None), "params", {}).get("llmbench")
         if spec is None or item.get_closest_marker("skip") is not None:
             continue
         together = at_once(spec) if at_once is not None else 1
-        plan.append(Planned(item.nodeid, item.name, spec.name, expected_seconds(spec, repeats), together))
+        guess = expected_seconds(spec, repeats, start_kind(spec, seen, together))
+        plan.append(Planned(item.nodeid, item.name, spec.name, guess, together))
     return plan
 
 
