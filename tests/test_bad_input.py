@@ -3,6 +3,8 @@
 import pytest
 
 from conftest import torchrun
+from llmbench_pytest.config.options import SessionOptions
+from llmbench_pytest.config.spec import SpecError
 
 CASES = [
     (
@@ -63,3 +65,15 @@ def test_xdist_under_torchrun_is_refused(bench):
     result = torchrun(bench, 1, "benchmarks", "-n", "2", timeout=120)
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*-n (pytest-xdist) cannot run under torchrun*Drop -n (or pass -n0)*"])
+
+
+@pytest.mark.parametrize(("given", "shown"), [("200%", "200%"), ("1.5", "150%")])
+def test_an_interval_wider_than_the_mean_is_refused_with_the_fix(given, shown):
+    """--llmbench-max-interval above 100%: an interval that reaches below zero accepts any run."""
+    with pytest.raises(SpecError) as refused:
+        SessionOptions().with_values({"max_interval": given}, "command line")
+    assert str(refused.value) == (
+        f"--llmbench-max-interval: must be at most 1 (100 percent of the mean): an interval of +-{shown} "
+        f"reaches below zero and accepts any run; got {given!r}: write 0.1 or 10%"
+    )
+    assert SessionOptions().with_values({"max_interval": "100%"}, "ini").max_interval == 1.0

@@ -20,7 +20,7 @@ import warnings
 import pytest
 
 from conftest import CHILD_UNSET, REPO
-from llmbench_pytest.config.presets import gpu_names, model_names
+from llmbench_pytest.config.presets import gpu_memory, gpu_names, gpu_peak, model_names
 from llmbench_pytest.config.spec import DEFAULT_STRATEGIES, STRATEGIES, offload_variants
 
 GPUS = ", ".join(gpu_names())
@@ -36,7 +36,18 @@ REFUSED = [
     (["llama-tiny", "--gpu", "X999"], f"unknown GPU 'X999': give a size (80GiB, 24GB) or one of {GPUS}."),
     (["llama-tiny", "--gpu", ""], "unknown GPU '': give a size"),
     (["llama-tiny", "--gpu", "nan"], "unknown GPU 'nan': give a size"),
-    (["llama-tiny", "--gpu=-5GB"], "unknown GPU '-5GB': give a size"),
+    # a negative memory, however it is written: the size without the minus
+    (["llama-tiny", "--gpu=-5GB"], "--gpu '-5GB': a GPU's memory cannot be negative: give its size without "
+     f"the minus (5GB) or its name ({GPUS})."),
+    (["llama-tiny", "--gpu", "-80GiB"], "--gpu '-80GiB': a GPU's memory cannot be negative: give its size "
+     "without the minus (80GiB)"),
+    (["llama-tiny", "--gpu", "-0.5"], "--gpu '-0.5': a GPU's memory cannot be negative"),
+    # a GPU sold with several memory sizes, named without one: which
+    (["llama-tiny", "--gpu", "A100"], "--gpu 'A100': the A100 comes with 40 GB or 80 GB of memory: say "
+     "which, --gpu 'A100 40GB' or --gpu 'A100 80GB' (or give the memory, 40GiB or 80GiB)."),
+    (["llama-tiny", "--gpu", "a100-60gb"], "--gpu 'a100-60gb': the A100 comes with 40 GB or 80 GB of memory, "
+     "not 60 GB: give the part (A100 40GB or A100 80GB) or the memory alone (60GiB)."),
+    (["llama-tiny", "--gpu", "A10 40GB"], "--gpu 'A10 40GB': the A10 comes with 24 GB of memory, not 40 GB"),
     (["llama-tiny", "--gpu", "H100", "--strategies", "zero9"],
      "--strategies: unknown strategy 'zero9': choose from ddp, fsdp, "),
     (["llama-tiny", "--gpu", "H100", "--strategies", "ddp_offload"],
@@ -90,7 +101,6 @@ REFUSED = [
     (["llama-tiny"], "the following arguments are required: --gpu (see llmbench plan --help)"),
     (["--gpu", "H100"], "the following arguments are required: MODEL"),
     (["llama-tiny", "--gpu"], "argument --gpu: expected one argument"),
-    (["llama-tiny", "--gpu", "-5GB"], "argument --gpu: expected one argument"),
 ]  # fmt: skip
 
 # local config files: what transformers makes of them is asked before the trace (torch by then)
@@ -288,3 +298,26 @@ def test_llmbench_help_says_which_strategies_a_plain_run_runs():
     assert "pytest benchmarks/ every default strategy at world sizes 1, 2, 4, ..." in text, text
     assert f"(all but {', '.join(left_out)}; zero3_nvme needs --llmbench-nvme-path)" in text, text
     assert "every strategy at" not in text
+
+
+@pytest.mark.parametrize(
+    ("given", "name", "gib"),
+    [
+        ("A100 40GB", "A100 40GB", 40),
+        ("a100-80gb", "A100 80GB", 80),
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB", 40),  # torch's names, as nvidia-smi prints them
+        ("NVIDIA A100 80GB PCIe", "A100 80GB", 80),
+        ("H100", "H100 SXM", 80),  # one size: the name alone
+        ("NVIDIA H100 80GB HBM3", "H100 SXM", 80),
+        ("80GiB", "80GiB", 80),
+    ],
+)
+def test_a_gpu_named_with_its_size_plans_for_that_size(given, name, gib):
+    assert gpu_memory(given) == (name, pytest.approx(gib * 2**30 / 1e9))
+
+
+def test_the_a100s_two_sizes_change_no_mfu_peak():
+    """MFU finds a GPU's peak by its device name, whatever its memory: both A100s keep the A100's."""
+    for device in ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 80GB PCIe"):
+        peak = gpu_peak(device, "bf16")
+        assert peak is not None and peak.tflops == 312.0 and peak.name == "A100"

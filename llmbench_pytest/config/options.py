@@ -99,6 +99,18 @@ def _share(raw: Any) -> float:
     return value
 
 
+def _half_width(raw: Any) -> float:
+    """The half-width of a 95% interval relative to its mean, read as _fraction reads it, at most 1:
+    an interval wider than the mean itself reaches below zero and would accept any run."""
+    value = _fraction(raw)
+    if value > 1:
+        raise SpecError(
+            f"must be at most 1 (100 percent of the mean): an interval of +-{value:.0%} reaches below "
+            f"zero and accepts any run; got {raw!r}: write 0.1 or 10%"
+        )
+    return value
+
+
 def _items(raw: Any) -> list[str]:
     if isinstance(raw, (list, tuple)):
         return [str(x).strip() for x in raw if str(x).strip()]
@@ -483,7 +495,7 @@ SETTINGS: tuple[Setting, ...] = (
         "interval, relative to the mean, that the mean_interval check accepts on a GPU (on CPU too when "
         "given on the command line, with the caveat that CPU timings are smoke): 0.1 or 10 percent "
         "(default: 0.1, the 10 percent the validation checks allow between runs).",
-        _fraction,
+        _half_width,
         "FRACTION",
     ),
     Setting(

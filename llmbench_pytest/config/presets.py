@@ -191,30 +191,67 @@ def gpu_peak(device_name: str, dtype: str) -> GpuPeak | None:
     return None
 
 
+def _sizes_gib(entry: dict[str, Any]) -> list[int]:
+    """The memory sizes (GiB) a GPU of fixtures/gpus.toml is sold with: one, or a list (A100: 40, 80)."""
+    sizes = entry["memory_gib"]
+    return list(sizes) if isinstance(sizes, list) else [sizes]
+
+
+def gpu_names_of(entry: dict[str, Any]) -> list[str]:
+    """What `--gpu` takes for one GPU of fixtures/gpus.toml: its name, with each size where it comes
+    in several."""
+    sizes = _sizes_gib(entry)
+    return [entry["name"]] if len(sizes) == 1 else [f"{entry['name']} {size}GB" for size in sizes]
+
+
 def gpu_names() -> list[str]:
-    """The GPUs fixtures/gpus.toml names, in its order (for messages that list the choices)."""
-    return [e["name"] for e in _load("gpus.toml")["gpu"]]
+    """The GPUs fixtures/gpus.toml names, in its order, each with its size where it comes in several
+    (for messages that list the choices, and what `--gpu` takes)."""
+    return [name for e in _load("gpus.toml")["gpu"] for name in gpu_names_of(e)]
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*(gib|gb)?\s*$", re.IGNORECASE)
+_STATED = re.compile(r"[\s_-]*\b(\d+)\s*gi?b\b", re.IGNORECASE)
+"""A memory size within a GPU's name: "A100 40GB", "A100-SXM4-80GB", "A100 80GB PCIe" (torch's)."""
 
 
 def gpu_memory(name_or_size: str) -> tuple[str, float]:
-    """(name, memory in GB of 1e9 bytes) for a GPU named in fixtures/gpus.toml ("H100", "h200 nvl":
-    the first entry whose name or pattern matches) or a size ("80GiB", "24GB"; a bare number is GB)."""
+    """(name, memory in GB of 1e9 bytes) for a GPU named in fixtures/gpus.toml ("H100", "h200 nvl",
+    "A100 40GB": the first entry whose name, or name and size, or pattern matches) or a size
+    ("80GiB", "24GB"; a bare number is GB; a sign is kept, for the caller to refuse). A name sold with
+    several memory sizes and given without one is refused, asking which (in the words of
+    `llmbench plan --gpu`, its one caller)."""
     size = _SIZE.match(name_or_size)
     if size:
         value = float(size.group(1))
         binary = (size.group(2) or "gb").lower() == "gib"
         return (name_or_size.strip(), value * 2**30 / 1e9 if binary else value)
-    wanted = name_or_size.strip().lower()
+    text = name_or_size.strip()
+    stated = _STATED.search(text)
+    base = (text[: stated.start()] + text[stated.end() :]).strip(" _-") if stated else text
     entries = _load("gpus.toml")["gpu"]
-    for entry in entries:
-        if entry["name"].lower() == wanted:
-            return entry["name"], entry["memory_gib"] * 2**30 / 1e9
-    for entry in entries:
-        if re.search(entry["match"], name_or_size.strip(), re.IGNORECASE):
-            return entry["name"], entry["memory_gib"] * 2**30 / 1e9
+    entry = next((e for e in entries if e["name"].lower() in (text.lower(), base.lower())), None)
+    if entry is None:
+        entry = next((e for e in entries if re.search(e["match"], text, re.IGNORECASE)), None)
+    if entry is None:
+        raise SpecError(
+            f"unknown GPU {name_or_size!r}: give a size (80GiB, 24GB) or one of {', '.join(gpu_names())}."
+        )
+    sizes, name = _sizes_gib(entry), entry["name"]
+    sold = " or ".join(f"{n} GB" for n in sizes)
+    if stated and int(stated.group(1)) in sizes:
+        size = int(stated.group(1))
+        return (name, size * 2**30 / 1e9) if len(sizes) == 1 else (f"{name} {size}GB", size * 2**30 / 1e9)
+    if stated:  # a size the part is not sold with: which did the user mean, the part or the size?
+        raise SpecError(
+            f"--gpu {name_or_size!r}: the {name} comes with {sold} of memory, "
+            f"not {stated.group(1)} GB: give the part ({' or '.join(gpu_names_of(entry))}) or the memory "
+            f"alone ({stated.group(1)}GiB)."
+        )
+    if len(sizes) == 1:
+        return name, sizes[0] * 2**30 / 1e9
     raise SpecError(
-        f"unknown GPU {name_or_size!r}: give a size (80GiB, 24GB) or one of {', '.join(gpu_names())}."
+        f"--gpu {name_or_size!r}: the {name} comes with {sold} of memory: say which, "
+        f"{' or '.join(f'--gpu {chr(39)}{part}{chr(39)}' for part in gpu_names_of(entry))} (or give the "
+        f"memory, {' or '.join(f'{n}GiB' for n in sizes)})."
     )

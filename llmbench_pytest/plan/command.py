@@ -19,6 +19,7 @@ import importlib.util
 import logging
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,10 @@ def add_arguments(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--strategies", metavar="NAMES", help="comma-separated, or 'all' (default: the "
                      f"benchmarks' default ones: {', '.join(DEFAULT_STRATEGIES)})")  # fmt: skip
     cmd.add_argument("--plot", metavar="FILE", help="also draw the parts per strategy into FILE (png)")
+    # a value that starts with a minus and a digit (--gpu -80GiB) is a value, so that its check
+    # refuses it with the fix; argparse before 3.13 took '-80GiB' for an option and said only
+    # "expected one argument" (3.13 reads it this way itself; no option of this command looks so)
+    cmd._negative_number_matcher = re.compile(r"^-\.?\d")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +134,11 @@ def _flag(flag: str, parse: Callable[[Any], Any], raw: Any) -> Any:
 def _gpu(text: str) -> tuple[str, float]:
     """(name, GB) of --gpu; presets.gpu_memory's refusal of an unknown name as it words it."""
     name, capacity = gpu_memory(text)
+    if capacity < 0:
+        raise SpecError(
+            f"--gpu {text!r}: a GPU's memory cannot be negative: give its size without the minus "
+            f"({text.strip().lstrip('-')}) or its name ({', '.join(gpu_names())})."
+        )
     if not 0 < capacity <= LARGEST_TENSOR / 1e9:
         raise SpecError(
             f"--gpu {text!r}: a GPU's memory must be above 0 and at most {LARGEST_TENSOR / 1e9:.3g} GB "
