@@ -224,6 +224,19 @@ def busbw_at(link: dict[str, Any] | None, kind: str, size_bytes: float) -> float
     return points[-1][1]
 
 
+def hidden_share(t_compute: float, t_comm: float, t_both: float) -> float | None:
+    """The share of the shorter of two trains (multiplies, collectives) that running them together
+    hid: (t_compute + t_comm - t_both) / min(t_compute, t_comm); 1 when together they took the
+    longer one's time, 0 when they took their sum (below 0, slower than one after the other, is
+    clipped to 0). None where the timings allow no share: together faster than the longer train
+    alone (a share above 1, which no overlap gives: the timings' noise is larger than what they
+    measure), or a train that took no time."""
+    shorter, longer = sorted((t_compute, t_comm))
+    if shorter <= 0 or t_both < longer:
+        return None
+    return max(0.0, (t_compute + t_comm - t_both) / shorter)
+
+
 def peak_busbw(link: dict[str, Any] | None) -> float | None:
     """The highest busbw the link probe measured, over its collectives and sizes."""
     peaks = [t.get("peak_busbw_gbps") for t in (link or {}).values() if isinstance(t, dict)]

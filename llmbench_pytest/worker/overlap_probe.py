@@ -8,13 +8,16 @@ collectives alone (t_comm), a train of bf16 matrix multiplies of about the same 
 (t_compute), and both started together, the collectives on the backend's stream and the multiplies
 on the device's (t_both). The share of the shorter one the other hid:
 
-    hidden_share = (t_compute + t_comm - t_both) / min(t_compute, t_comm)        (clipped to 0..1)
+    hidden_share = (t_compute + t_comm - t_both) / min(t_compute, t_comm)
 
-1 is perfect overlap (t_both is the longer of the two), 0 none (t_both is their sum). The scale
-prediction (plan/scale.py) charges a collective that compute can hide (1 - hidden_share) of its
-time. Each figure is the median of REPEATS, every rank starting each timing together; the mean over
-ranks is recorded. On a CPU (gloo runs its collectives on threads of its own) it measures the same
-thing for the cores, at small sizes: the code path runs in CI, the figure is no GPU's.
+1 is perfect overlap (t_both is the longer of the two), 0 none (t_both is their sum; slower than
+that is clipped to 0). Together faster than the longer one alone (a share above 1) is no overlap at
+all but the timings' noise: no share is recorded (None), never 100% (analysis/collectives.py's
+hidden_share). The scale prediction (plan/scale.py) charges a collective that compute can hide
+(1 - hidden_share) of its time at the node's link speed. Each figure is the median of REPEATS,
+every rank starting each timing together; the mean over ranks is recorded. On a CPU (gloo runs
+its collectives on threads of its own) it measures the same thing for the cores, at small sizes:
+the code path runs in CI, the figure is no GPU's.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+
+from ..analysis.collectives import hidden_share
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -66,14 +71,6 @@ def _timed(fn: Callable[[], None], device: torch.device) -> float:
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
-
-
-def hidden_share(t_compute: float, t_comm: float, t_both: float) -> float:
-    """The module docstring's share, clipped to 0..1."""
-    shorter = min(t_compute, t_comm)
-    if shorter <= 0:
-        return 0.0
-    return min(1.0, max(0.0, (t_compute + t_comm - t_both) / shorter))
 
 
 def measure(kind: str, n: int, device: torch.device, buf: torch.Tensor) -> dict[str, Any]:
@@ -137,11 +134,21 @@ def summarize(size_bytes: int, per_rank: list[dict[str, float]]) -> dict[str, An
     mean = {k: sum(r[k] for r in per_rank) / len(per_rank) for k in ("compute_s", "comm_s", "both_s")}
     shorter, longer = sorted((mean["compute_s"], mean["comm_s"]))
     balanced = longer > 0 and shorter / longer >= MIN_BALANCE
+    # a train much shorter than the other says little of how the two share the device
+    share = hidden_share(mean["compute_s"], mean["comm_s"], mean["both_s"]) if balanced else None
+    note = None
+    if not balanced:
+        note = f"the two trains came out {shorter * 1e3:.2f} and {longer * 1e3:.2f} ms: too unequal to tell"
+    elif share is None:
+        note = (
+            f"both together took {mean['both_s'] * 1e3:.2f} ms, less than the longer train alone "
+            f"({longer * 1e3:.2f} ms): the timings' noise, no share"
+        )
     return {
         "bytes": size_bytes,
         "compute_ms": mean["compute_s"] * 1e3,
         "comm_ms": mean["comm_s"] * 1e3,
         "both_ms": mean["both_s"] * 1e3,
-        # a train much shorter than the other says little of how the two share the device
-        "hidden_share": hidden_share(mean["compute_s"], mean["comm_s"], mean["both_s"]) if balanced else None,
+        "hidden_share": share,
+        "note": note,
     }
