@@ -17,6 +17,7 @@ from llmbench_pytest.checks import (
     check_sharding,
     check_step_time_cv,
 )
+from llmbench_pytest.checks.memory import DEVICE_LIMIT, memory_limit
 
 
 def result(**kw):
@@ -53,6 +54,34 @@ def test_memory_against_the_tier_and_a_set_limit():
     assert out.passed is False and (out.measured, out.limit) == (30.0, 24.0)
     assert "30.000 GB exceeds the limit of 24.000 GB (tier A's limit)" in out.message
     assert "--llmbench-batch" in out.message
+
+
+def test_with_auto_a_gpu_run_is_held_to_its_own_memory_and_a_named_tier_to_the_tiers():
+    # llama-7b's ddp on 4x H200 (2026-11-28): 137.0 GB allocated, fits the 150.11 GB CUDA reports
+    h200 = result(strategy="ddp", gpu_name="NVIDIA H200", peak_vram_gb=137.0, peak_reserved_gb=145.2,
+                  per_rank=[{"device_total_gb": 150.11}, {"device_total_gb": 150.11}])  # fmt: skip
+    limit, source = memory_limit(None, "auto", "B", 80.0, "cuda")
+    assert (limit, source) == (None, DEVICE_LIMIT)
+    out = check_memory(h200, limit, source)
+    assert out.passed is True and out.limit == 150.11, out.message
+    assert "145.200 GB <= limit 150.110 GB (NVIDIA H200's own memory)" in out.message
+    # the same run where the user names tier B: its 80 GB, and the message says who chose it
+    out = check_memory(h200, *memory_limit(None, "B", "B", 80.0, "cuda"))
+    assert out.passed is False and out.limit == 80.0
+    assert "exceeds the limit of 80.000 GB (tier B's limit, --llmbench-tier B)" in out.message
+    # the option wins over both; on a CPU auto keeps the tier's limit (the RSS counts libraries)
+    assert memory_limit(100.0, "B", "B", 80.0, "cuda") == (100.0, "--llmbench-vram-limit-gb")
+    assert memory_limit(None, "auto", "A", 24.0, "cpu") == (24.0, "tier A's limit, picked for a CPU run")
+
+
+def test_a_run_out_of_memory_fails_the_memory_check_whatever_its_limit():
+    oom = result(status="oom", error="torch.OutOfMemoryError: CUDA out of memory", peak_reserved_gb=None)
+    out = check_memory(oom, None, DEVICE_LIMIT)
+    assert out.passed is False and "zero2 ran out of memory: torch.OutOfMemoryError" in out.message
+    # a run the allocator fitted only by emptying its cache says it is at its GPU's limit
+    tight = result(per_rank=[{"device_total_gb": 150.11, "alloc_retries": 3}])
+    out = check_memory(tight, None, DEVICE_LIMIT)
+    assert out.passed is True and "emptied its cache 3 time(s)" in out.message
 
 
 def test_memory_on_cpu_is_the_peak_rss():

@@ -6,24 +6,30 @@ for backward is alive, the loss holds fp32 logits, and no gradient of this step 
 
 - model states resident at that moment (`resident_bytes_per_param`): the weights each strategy
   keeps, the optimizer state (after the first step: fp32 master, Adam's two moments) and gradient
-  storage that outlives a step. These are memory_model.py's states without this step's gradients;
+  storage that outlives a step (DDP's buckets; ZeRO-3's gradient partition, allocated when its
+  optimizer is built). These are memory_model.py's states without this step's gradients;
 - activations and temporaries, from one traced step of the real model (worker/step_trace.py:
   FakeTensorMode and the repository's own dispatch mode, LiveBytes, that counts every storage an
   operator creates until it is freed; torch's MemTracker is not used), in the precision the
   strategy computes in, with the adapters and the linear the GPU rank computes with
   (plan/predict.py);
 - each strategy's buffers (`buffer_bytes`): FSDP's unsharded parameters (the root's during the
-  loss, every block's for fsdp_grad_op, which keeps them after forward), ZeRO's gradient buckets
-  and ZeRO-3's gathered LM head and prefetch bucket, the offload transfer buffer; on a GPU,
+  loss, every block's for fsdp_grad_op, which keeps them after forward), ZeRO-3's reduce bucket
+  and the parameters it still holds gathered (zero3_memory.py: from the run's own DeepSpeed
+  settings and the model's modules in the order they run), the offload transfer buffer; on a GPU,
   cuBLAS's workspaces beside them (`cublas_workspace_bytes`);
-- the allocator's slack: reserved = allocated x RESERVED_OVER_ALLOCATED.
+- the allocator's slack: reserved = allocated x RESERVED_OVER_ALLOCATED, with memory to spare
+  (near a GPU's limit the allocator hands its cache back: whether a run fits is analysis/fit.py's).
 
-A second candidate is the optimizer step: memory_model's census at the end of backward, less the
-gradients ZeRO-1's epilogue frees before it (`memory_model.held_until_epilogue_bytes`), plus what
-the step allocates for itself (`step_bytes`); a third, the end of backward itself, the census
-whole (ZeRO-1 with overlap_comm at many ranks, where those gradients outweigh the step's 6 bytes
-per parameter over N). The largest is the prediction. The step decides the peak where
-activations are small (activation checkpointing, LoRA, small batches).
+Other candidates: the start of backward, for ZeRO-1/2, which allocate their reduce buckets and
+gradient partition with backward's first gradient (`backward_bytes`), after the loss's temporaries
+are freed and beside nearly all activations; the optimizer step: memory_model's census at the end
+of backward, less the gradients ZeRO-1's epilogue frees before it
+(`memory_model.held_until_epilogue_bytes`), plus what the step allocates for itself (`step_bytes`;
+ZeRO-3's, from its states, bucket and largest sub-group: zero3_memory.step_bytes); the end of
+backward itself, the census whole (ZeRO-1 with overlap_comm at many ranks, where those gradients
+outweigh the step's 6 bytes per parameter over N). The largest is the prediction. The step
+decides the peak where activations are small (activation checkpointing, LoRA, small batches).
 
 Validated against every GPU run in docs/results by tools/peak_table.py, which writes
 docs/results/2026-11-25-peak-prediction/table.md (its README says when and at which commit).
@@ -34,7 +40,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import memory_model
+from . import fit, memory_model, zero3_memory
 
 PEAK_TOLERANCE = 0.10
 """A measured peak allocated beyond +-10% of the prediction is flagged (checks/memory.py)."""
@@ -119,12 +125,26 @@ class PeakPrediction:
     """The optimizer step's candidate (what the peak is when activations are small)."""
     trace_cached: bool = False
     """The step's trace came from the cache on disk, not from tracing in this process."""
+    backward_gb: float = 0.0
+    """The end of backward's candidate (memory_model's census)."""
+    backward_extra_gb: float = 0.0
+    """What ZeRO-1/2 allocate as backward starts (`backward_bytes`), held with the activations but
+    not with the loss's temporaries: the start of backward's candidate is the end of forward's
+    with the temporaries replaced by it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "method": METHOD}
 
-    def fits(self, capacity_gb: float) -> bool:
-        return self.reserved_gb <= capacity_gb
+    def fits(self, device_gb: float) -> bool:
+        """Whether the run fits on a GPU whose memory CUDA reports as `device_gb` (analysis/fit.py)."""
+        return fit.fits(self.allocated_gb, device_gb)
+
+    def largest_batch(self, batch: int, allocated_limit_gb: float) -> int:
+        """The most sequences per rank whose predicted peak allocated stays within the limit."""
+        return fit.largest_batch(
+            self.parts, batch, allocated_limit_gb,
+            fixed_gb=max(self.step_gb, self.backward_gb), backward_extra_gb=self.backward_extra_gb,
+        )  # fmt: skip
 
     def clearly_unfit(self, capacity_gb: float) -> bool:
         return self.allocated_gb > capacity_gb * (1 + UNFIT_MARGIN)
@@ -165,8 +185,11 @@ def buffer_bytes(
     dtype: str,
     trace: StepTrace,
     inflight: memory_model.InFlight,
+    zero3: zero3_memory.Zero3Held | None = None,
 ) -> float:
-    """What each strategy holds beside the states at the end of forward (module docstring)."""
+    """What each strategy holds beside the states at the end of forward (module docstring);
+    ZeRO-3's from `zero3` where given (analysis/zero3_memory.py), else its LM head and a prefetch
+    bucket."""
     p = _p(dtype)
     if strategy == "fsdp":
         return p * trace.outside_blocks  # the root unit (embedding, LM head) is unsharded for the loss
@@ -176,13 +199,44 @@ def buffer_bytes(
         return 0.0
     bucket = inflight.bucket * (2 if inflight.overlap_comm else 1)
     if strategy == "zero3":
-        gathered = (
-            trace.embedding + int(0.9 * inflight.bucket) if (world_size > 1 or offload != "none") else 0
-        )
-        return p * gathered
+        return _zero3_buffer_bytes(p, offload, world_size, trace, inflight, zero3)
     if offload != "none":
         return p * (bucket + trace.embedding)  # the host transfer buffer holds the largest parameter
-    return p * bucket
+    return 0.0  # ZeRO-1/2 allocate their buckets with backward's first gradient (`backward_bytes`)
+
+
+def _zero3_buffer_bytes(
+    p: int,
+    offload: str,
+    world_size: int,
+    trace: StepTrace,
+    inflight: memory_model.InFlight,
+    zero3: zero3_memory.Zero3Held | None,
+) -> float:
+    """ZeRO-3's reduce bucket and gathered parameters (zero3_memory.py); without its settings, the
+    LM head and a prefetch bucket, gathered at 2+ ranks or with offload."""
+    if zero3 is not None:
+        held = zero3_memory.held_bytes(zero3, p, world_size, offload, trace.trainable)
+        return held["reduce bucket"] + held["gathered parameters"]
+    gathered = trace.embedding + int(0.9 * inflight.bucket) if (world_size > 1 or offload != "none") else 0
+    return p * gathered
+
+
+def backward_bytes(
+    strategy: str, offload: str, world_size: int, dtype: str, trained: int, inflight: memory_model.InFlight
+) -> float:
+    """What ZeRO-1/2 (without offload) allocate when backward's first gradient is ready
+    (stage_1_and_2.py: setup_buckets, copy_grads_in_partition) and free in their epilogue: the
+    reduce buckets (two with overlap_comm) and the 16-bit gradient partition, where ZeRO-2, or
+    ZeRO-1 with overlap_comm, reduces during backward. By then the loss's temporaries are gone
+    (autograd freed them before the LM head's weight gradient was accumulated), the activations
+    nearly all still held: the "start of backward" candidate."""
+    if strategy not in ("zero1", "zero2") or offload != "none":
+        return 0.0
+    p = _p(dtype)
+    buckets = p * inflight.bucket * (2 if inflight.overlap_comm else 1)
+    partition = p * trained / world_size if (strategy == "zero2" or inflight.overlap_comm) else 0.0
+    return buckets + partition
 
 
 def step_bytes(strategy: str, offload: str, world_size: int, trained: int, largest: int) -> float:
@@ -217,16 +271,23 @@ def predict(
     inflight: memory_model.InFlight | None = None,
     lora: bool = False,
     workspace_bytes: int = 0,
+    zero3: zero3_memory.Zero3Held | None = None,
 ) -> PeakPrediction:
     """The predicted peak per rank (module docstring); `workspace_bytes`: cuBLAS's
-    (`cublas_workspace_bytes`), counted with the buffers."""
+    (`cublas_workspace_bytes`), counted with the buffers; `zero3`: what DeepSpeed's ZeRO-3 holds
+    by its settings (analysis/zero3_memory.py; plan/predict.py reads them from the run's config)."""
     flight = inflight or memory_model.InFlight()
     trained = trace.trainable if lora else trace.params
     frozen = trace.params - trained
     states = trained * resident_bytes_per_param(strategy, offload, world_size, dtype, optimizer)
     states += frozen * frozen_bytes_per_param(strategy, world_size, dtype)
-    buffers = buffer_bytes(strategy, offload, world_size, dtype, trace, flight) + workspace_bytes
+    if strategy == "zero3" and zero3 is not None:  # its gradient partition lives as long as the states
+        held = zero3_memory.held_bytes(zero3, _p(dtype), world_size, offload, trained)
+        states += held["gradient partition"]
+    buffers = buffer_bytes(strategy, offload, world_size, dtype, trace, flight, zero3) + workspace_bytes
     forward = states + buffers + trace.activation_bytes + trace.temporary_bytes
+    extra = backward_bytes(strategy, offload, world_size, dtype, trained, flight)
+    start_of_backward = forward - trace.temporary_bytes + extra
     census = memory_model.predicted_gb(
         strategy, offload, world_size, dtype, trace.params if not lora else frozen,
         trained if lora else None, optimizer=optimizer, inflight=flight,
@@ -237,13 +298,23 @@ def predict(
     freed = memory_model.held_until_epilogue_bytes(strategy, offload, world_size, dtype, flight)
     freed = 0.0 if lora else freed
     step = backward - freed + step_bytes(strategy, offload, world_size, trained, trace.embedding)
+    if strategy == "zero3" and zero3 is not None and offload == "none":
+        # the step starts by releasing every gathered parameter: the states, the reduce bucket
+        # and the largest sub-group's gradients (zero3_memory.step_bytes)
+        step = states + _p(dtype) * zero3.reduce_bucket + workspace_bytes
+        step += zero3_memory.step_bytes(zero3, _p(dtype))
     parts = {
         "model_states": states / GB,
         "activations": trace.activation_bytes / GB,
         "temporaries": trace.temporary_bytes / GB,
         "buffers": buffers / GB,
     }
-    candidates = {"end of forward": forward, "optimizer step": step, "end of backward": backward}
+    candidates = {
+        "end of forward": forward,
+        "optimizer step": step,
+        "end of backward": backward,
+        "start of backward": start_of_backward,
+    }
     phase = max(candidates, key=candidates.__getitem__)  # ties go to the first: forward, then step
     allocated = candidates[phase]
     return PeakPrediction(
@@ -255,21 +326,25 @@ def predict(
         trace_sec=trace.seconds,
         step_gb=step / GB,
         trace_cached=trace.cached,
+        backward_gb=backward / GB,
+        backward_extra_gb=extra / GB,
     )
 
 
-def largest_batch(prediction: dict[str, Any] | None, batch: int, limit_gb: float) -> int | None:
-    """From a run's recorded prediction at `batch`: the most sequences per rank whose predicted
-    reserved memory stays within `limit_gb` (activations and temporaries grow with the batch, states
-    and buffers do not). None without a prediction."""
+def largest_batch(
+    prediction: dict[str, Any] | None, batch: int, limit_gb: float, *, device_memory: bool = False
+) -> int | None:
+    """From a run's recorded prediction at `batch`: the most sequences per rank that stay within
+    `limit_gb`: the GPU's memory where `device_memory` (the run must fit: analysis/fit.py), else a
+    limit on reserved memory (predicted allocated x RESERVED_OVER_ALLOCATED). Activations and
+    temporaries grow with the batch, states and buffers do not. None without a prediction."""
     parts = (prediction or {}).get("parts")
-    if not parts or batch < 1:
+    if not parts or batch < 1 or parts["activations"] + parts["temporaries"] <= 0:
         return None
-    per_sequence = (parts["activations"] + parts["temporaries"]) / batch
-    fixed = parts["model_states"] + parts["buffers"]
-    if per_sequence <= 0:
-        return None
-    return max(1, int((limit_gb / RESERVED_OVER_ALLOCATED - fixed) / per_sequence))
+    allocated = fit.allocatable_gb(limit_gb) if device_memory else limit_gb / RESERVED_OVER_ALLOCATED
+    fixed = max(float(prediction.get("step_gb") or 0.0), float(prediction.get("backward_gb") or 0.0))
+    extra = float(prediction.get("backward_extra_gb") or 0.0)
+    return max(1, fit.largest_batch(parts, batch, allocated, fixed_gb=fixed, backward_extra_gb=extra))
 
 
 def gap(measured_gb: float | None, predicted_gb: float | None) -> float | None:

@@ -1,11 +1,17 @@
-"""The benchmark card: VRAM under the tier's limit; and each strategy holds the model states its
-name says.
+"""The benchmark card: the run fits in memory; and each strategy holds the model states its name
+says.
 
 - `peak_memory`: peak device memory (reserved, on a GPU; the process's peak RSS on a CPU, where
-  host memory is the device) at most the limit: --llmbench-vram-limit-gb, else the run's tier's
-  (fixtures/tiers.toml: A 24 GB, B 80 GB). On a CPU the RSS includes the process's libraries
-  (about 0.6 GB with torch and DeepSpeed), so a tier's limit holds it to what the tier's
-  machine class can host.
+  host memory is the device) at most the limit, whose source the message names:
+  --llmbench-vram-limit-gb where given; else a tier named by --llmbench-tier (fixtures/tiers.toml:
+  A 24 GB, B 80 GB), for a run that must fit a smaller machine class than the one it runs on;
+  else, with --llmbench-tier=auto (the default), on a GPU the GPU's own memory as CUDA reports it
+  (the smallest of the ranks': result.json's per_rank device_total_gb), and on a CPU the tier auto
+  picks (A): the RSS includes the process's libraries (about 0.6 GB with torch and DeepSpeed), so
+  a tier's limit holds it to what the tier's machine class can host. A run that ran out of memory
+  fails it whatever the limit (the batch search reads that as a batch that does not fit). Before,
+  auto held every GPU run to its tier's limit: tier B's 80 GB failed four healthy llama-3b and
+  llama-7b runs of 82.5-137.0 GB on 141 GB H200s (2026-11-28).
 - `model_states`: the census of live tensors at the end of backward (worker/memory.py) within
   MODEL_STATE_TOLERANCE of the prediction (analysis/memory_model.py: the ZeRO paper, with FSDP
   and DeepSpeed's specifics). It needs no other run. A ZeRO-2 that keeps ZeRO-1's gradients fails
@@ -34,27 +40,61 @@ encdec-3m, mistral-tiny LoRA; fp32 and bf16), on GPUs ddp, fsdp, zero2, zero3 wi
 llama-1b, 2026-11-27; analysis/memory_model.py)."""
 
 
+DEVICE_LIMIT = "the GPU's own memory (--llmbench-tier auto)"
+"""Where the limit came from when it is the GPU's (`memory_limit` gives it with no figure)."""
+
+
+def memory_limit(
+    option_gb: float | None, tier_option: str, tier: str, tier_gb: float | None, device: str
+) -> tuple[float | None, str]:
+    """(the limit in GB, where it came from) for a run: --llmbench-vram-limit-gb (`option_gb`);
+    else the tier --llmbench-tier names (`tier_option`, the run's `tier` and its `tier_gb`); with
+    auto on a GPU None, the GPU's own memory, which check_memory reads from the run; with auto on
+    a CPU the tier auto picked (module docstring)."""
+    if option_gb:
+        return option_gb, "--llmbench-vram-limit-gb"
+    if tier_option == "auto" and device == "cuda":
+        return None, DEVICE_LIMIT
+    if tier_gb is None:
+        return None, ""
+    how = f"--llmbench-tier {tier}" if tier_option != "auto" else "picked for a CPU run"
+    return tier_gb, f"tier {tier}'s limit, {how}"
+
+
 def check_memory(result: Mapping[str, Any], limit_gb: float | None, source: str = "") -> CheckOutcome:
     """Peak memory under the limit: device reserved memory on GPU, resident set on CPU.
-    `source` names where the limit came from (a tier, the option)."""
+    `source` names where the limit came from (the option, a tier, DEVICE_LIMIT); without a limit
+    on a GPU, its own memory (the module docstring)."""
     name = "peak_memory"
     on_gpu = result.get("device") == "cuda"
     peak = result.get("peak_reserved_gb") if on_gpu else result.get("peak_host_rss_gb")
     what = "peak reserved GPU memory" if on_gpu else "peak host memory (RSS)"
+    if result.get("status") == "oom":
+        return CheckOutcome(
+            name, False, f"{result.get('strategy')} ran out of memory: {str(result.get('error'))[:200]}. "
+            "Shard more (zero3, fsdp), lower --llmbench-batch or turn on --llmbench-grad-ckpt; "
+            "llmbench plan predicts each before it runs.", peak, limit_gb,
+        )  # fmt: skip
     if peak is None:
         return CheckOutcome(name, None, f"{what} was not measured")
-    if limit_gb is None:
+    if limit_gb is None and on_gpu:
         per_rank = [r.get("device_total_gb") for r in result.get("per_rank", []) if r.get("device_total_gb")]
         limit_gb = min(per_rank) if per_rank else None
-        source = "the device's memory"
+        gpu = result.get("gpu_name")
+        source = f"{gpu}'s own memory" if gpu else DEVICE_LIMIT
     if limit_gb is None:
         return CheckOutcome(
             name, None, f"{what} {peak:.3f} GB; no limit set (--llmbench-vram-limit-gb)", peak
         )
     of = f" ({source})" if source else ""
+    retries = sum(int(r.get("alloc_retries") or 0) for r in result.get("per_rank", []) or [])
+    tight = (
+        f"; the allocator emptied its cache {retries} time(s) to find room: the run is at its "
+        "GPU's limit" if retries else ""
+    )  # fmt: skip
     if peak <= limit_gb:
         return CheckOutcome(
-            name, True, f"{what} {peak:.3f} GB <= limit {limit_gb:.3f} GB{of}", peak, limit_gb
+            name, True, f"{what} {peak:.3f} GB <= limit {limit_gb:.3f} GB{of}{tight}", peak, limit_gb
         )
     return CheckOutcome(
         name,

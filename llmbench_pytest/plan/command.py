@@ -9,7 +9,8 @@ seconds of imports a trace needs. A new argument is one line in each.
 For every strategy the step is traced at the asked batch (worker/step_trace.py, on this CPU, a
 few seconds per precision) and the strategy's states and buffers added (analysis/peak_model.py).
 Activations and temporaries are taken as proportional to the batch (`_largest_batch`), and the
-largest batch that fits is the most sequences whose predicted reserved memory stays within the GPU's.
+largest batch that fits is the most sequences whose predicted peak fits: allocated memory within
+what the GPU's memory leaves to PyTorch's caching allocator (analysis/fit.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import math
 import os
 import re
 import warnings
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..analysis import fit
 from ..analysis.peak_model import RESERVED_OVER_ALLOCATED, PeakPrediction
 from ..config.options import _choice, _model, _positive_int, _strategies
 from ..config.presets import gpu_memory, gpu_names, model_names, resolve_model
@@ -370,21 +371,20 @@ def _activation(p: PeakPrediction) -> float:
 
 
 def _largest_batch(at_batch: PeakPrediction, batch: int, capacity: float) -> tuple[float, int]:
-    """(GB per sequence, the largest batch whose predicted reserved memory fits): the end of forward
-    grows with the batch (activations, temporaries, taken as proportional to it, as the batch
-    search takes them: peak_model.largest_batch), the optimizer step does not. A second trace at
-    batch 1 for a fixed share gave the same largest batch for every strategy of llama-1b on H100
-    and llama-7b on 8 x 80 GiB at 4096 tokens (2026-11-26), at twice the time."""
-    headroom = capacity / RESERVED_OVER_ALLOCATED
-    per_seq = _activation(at_batch) / batch
-    if at_batch.step_gb > headroom or per_seq <= 0:
-        return per_seq, 0
-    fixed = at_batch.parts["model_states"] + at_batch.parts["buffers"]
-    return per_seq, max(0, math.floor((headroom - fixed) / per_seq))
+    """(GB per sequence, the largest batch that fits on a GPU sold with `capacity` GB): the end of
+    forward grows with the batch (activations, temporaries, taken as proportional to it, as the
+    batch search takes them: peak_model.largest_batch), the optimizer step and the end of backward
+    do not. A second trace at batch 1 for a fixed share gave the same largest batch for every
+    strategy of llama-1b on H100 and llama-7b on 8 x 80 GiB at 4096 tokens (2026-11-26), at twice
+    the time."""
+    room = fit.allocatable_gb(fit.cuda_total_gb(capacity))
+    return _activation(at_batch) / batch, at_batch.largest_batch(batch, room)
 
 
 def format_table(req: PlanRequest, rows: list[PlanRow]) -> str:
     title = f"{req.model} on {req.gpus} x {req.gpu_name} ({req.capacity:.1f} GB each)"
+    device = fit.cuda_total_gb(req.capacity)
+    room = fit.allocatable_gb(device)
     lines = [
         f"{title}, batch {req.batch} x {req.seq_len} tokens per GPU",
         "",
@@ -397,17 +397,28 @@ def format_table(req: PlanRequest, rows: list[PlanRow]) -> str:
         lines.append(
             f"{r.strategy:<15}{parts['model_states']:>8.2f}{parts['activations']:>8.2f}{parts['temporaries']:>8.2f}"
             f"{parts['buffers']:>9.2f}{p.allocated_gb:>8.2f}{p.reserved_gb:>10.2f}  "
-            f"{'yes' if p.fits(req.capacity) else 'no':<5}"
+            f"{'yes' if p.fits(device) else 'no':<5}"
             f"{r.largest_batch:>14}"
         )
     lines += [
         "",
         "GB per GPU (1e9 bytes). Predicted peak: model states resident at the end of forward, a traced",
         f"step's activations and temporaries, the strategy's buffers; reserved = allocated x "
-        f"{RESERVED_OVER_ALLOCATED}.",
+        f"{RESERVED_OVER_ALLOCATED}, what the",
+        "allocator keeps with memory to spare (near the limit it hands its cache back). alloc. is the",
+        f"largest of the step's phases. Fits: alloc. within {room:.1f} GB, the {device:.1f} GB CUDA "
+        f"reports less {fit.OUTSIDE_ALLOCATOR_GB} GB",
+        f"held outside the allocator (context, kernels, NCCL) and {fit.FRAGMENTATION:.0%} for "
+        "fragmentation (analysis/fit.py).",
         "Checked against every measured GPU run in the repository's docs/results: the table and its figures",
         "in docs/results/2026-11-25-peak-prediction (tools/peak_table.py remakes them).",
     ]
+    near = [r.strategy for r in rows if fit.close(r.prediction.allocated_gb, device)]
+    if near:
+        lines.append(
+            f"Close ({', '.join(near)}): within {fit.NEAR:.0%} of the {room:.1f} GB, where the prediction's "
+            "own error can turn the answer."
+        )
     return "\n".join(lines)
 
 
@@ -426,8 +437,9 @@ def plot(rows: list[PlanRow], capacity: float, title: str, path: Path) -> None:
         ax.bar(names, values, bottom=bottom, label=part.replace("_", " "))
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     ax.axhline(
-        capacity / RESERVED_OVER_ALLOCATED, color="black", linestyle="--", label="fits below (allocated)"
-    )
+        fit.allocatable_gb(fit.cuda_total_gb(capacity)), color="black", linestyle="--",
+        label="fits below (allocated)",
+    )  # fmt: skip
     ax.set_ylabel("predicted peak allocated per GPU (GB)")
     ax.set_title(title)
     ax.legend(fontsize=8)

@@ -29,11 +29,11 @@ import functools
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..analysis import memory_model, peak_model
+from ..analysis import memory_model, peak_model, zero3_memory
 from ..config.presets import resolve_model
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from ..analysis.peak_model import StepTrace
     from ..config.presets import ModelPreset
@@ -43,19 +43,59 @@ ADAPTERS_16BIT = "LoRA adapters in 16 bits"
 DEEPSPEED_LINEAR = "DeepSpeed's ZeRO-3 linear"
 
 
-def inflight(spec: RunSpec, hidden_size: int, embedding: int) -> memory_model.InFlight:
-    """DeepSpeed's buckets as worker/strategies/deepspeed_zero.build_config sizes them."""
+def deepspeed_config(spec: RunSpec, hidden_size: int) -> dict[str, Any] | None:
+    """The DeepSpeed config the run's strategy builds (worker/strategies/deepspeed_zero.build_config,
+    a user's own config merged in where the run names one); None for the other strategies."""
     if spec.info.family != "deepspeed":
-        return memory_model.InFlight(embedding=embedding)
+        return None
     import torch
 
     from ..worker.strategies.deepspeed_zero import build_config
 
-    zero = build_config(spec, hidden_size, torch.device(spec.device))["zero_optimization"]
+    return build_config(spec, hidden_size, torch.device(spec.device))
+
+
+def inflight(
+    spec: RunSpec, hidden_size: int, embedding: int, config: Mapping[str, Any] | None = None
+) -> memory_model.InFlight:
+    """DeepSpeed's buckets as `config` (default: the one the run builds) sizes them."""
+    if spec.info.family != "deepspeed":
+        return memory_model.InFlight(embedding=embedding)
+    zero = (config or deepspeed_config(spec, hidden_size) or {}).get("zero_optimization") or {}
+    stage = zero.get("stage", spec.info.zero_stage)
     return memory_model.InFlight(
         embedding=embedding,
-        bucket=int(zero.get("reduce_bucket_size") or 0),
-        overlap_comm=bool(zero.get("overlap_comm")),
+        bucket=int(zero.get("reduce_bucket_size") or zero3_memory.DEFAULTS["reduce_bucket_size"]),
+        overlap_comm=bool(zero.get("overlap_comm", stage == 3)),  # DeepSpeed's default: on for ZeRO-3
+    )
+
+
+def zero3_held(
+    spec: RunSpec, preset: ModelPreset, config: Mapping[str, Any] | None, trained: int
+) -> zero3_memory.Zero3Held | None:
+    """What ZeRO-3 holds beside its states by `config`'s settings and the model's layout
+    (analysis/zero3_memory.py); None for the other strategies."""
+    zero = (config or {}).get("zero_optimization") or {}
+    if spec.info.family != "deepspeed" or zero.get("stage", spec.info.zero_stage) != 3:
+        return None
+    from .layout import model_layout
+
+    settings = zero3_memory.Zero3Settings.of(zero)
+    calls = model_layout(spec, preset)
+    order, forward_units = zero3_memory.fetch_order(calls, settings, spec.grad_ckpt)
+    params = sorted({pid: n for call in calls for pid, n in call.params}.items())
+    persist = zero3_memory.persistent(params, settings)
+    n = spec.world_size
+    parts = [trained // n] if spec.workload == "lora" else [-(-numel // n) for _, numel in params]
+    accum = str((config or {}).get("data_types", {}).get("grad_accum_dtype") or "").lower()
+    grad_bytes = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}.get(
+        accum, 2 if spec.dtype in ("bf16", "fp16") else 4
+    )
+    return zero3_memory.Zero3Held(
+        gathered=zero3_memory.gathered_at_end_of_forward(order, forward_units, persist, settings),
+        reduce_bucket=settings.reduce_bucket if settings.contiguous_gradients else 0,
+        sub_group=zero3_memory.largest_sub_group(parts, settings.sub_group_size),
+        grad_bytes=grad_bytes,
     )
 
 
@@ -171,10 +211,12 @@ def predict_spec(
     capability_major: int | None = None,
     *,
     deepspeed_linear: bool | None = None,
+    ds_config: Mapping[str, Any] | None = None,
 ) -> peak_model.PeakPrediction:
     """Raises worker.step_trace.TraceUnavailable where this torch cannot trace the step.
     `capability_major`: the GPU's (None: unknown, as for `llmbench plan`), for cuBLAS's workspaces;
-    `deepspeed_linear`: see `gpu_compute`."""
+    `deepspeed_linear`: see `gpu_compute`; `ds_config`: the DeepSpeed config a run recorded
+    (strategy_config.deepspeed_config), in place of the one its strategy would build today."""
     from ..worker.step_trace import TraceUnavailable
 
     if spec.compile:
@@ -184,10 +226,12 @@ def predict_spec(
     hidden = int(
         preset.config.get("hidden_size") or preset.config.get("d_model") or preset.config.get("n_embd") or 0
     )
+    config = ds_config or deepspeed_config(spec, hidden)
+    lora = spec.workload == "lora"
     return peak_model.predict(
         spec.strategy, spec.offload, spec.world_size, spec.dtype, trace,
-        optimizer=spec.optimizer, inflight=inflight(spec, hidden, trace.embedding),
-        lora=spec.workload == "lora",
+        optimizer=spec.optimizer, inflight=inflight(spec, hidden, trace.embedding, config),
+        lora=lora, zero3=zero3_held(spec, preset, config, trace.trainable if lora else trace.params),
         workspace_bytes=peak_model.cublas_workspace_bytes(
             spec.device, capability_major, os.environ.get("CUBLAS_WORKSPACE_CONFIG")
         ),

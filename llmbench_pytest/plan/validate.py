@@ -170,11 +170,12 @@ def defects(results: dict[str, dict[str, Any]]) -> tuple[dict[str, str], dict[st
 
 def rows(
     paths: Iterable[Path],
-    predict: Callable[[RunSpec], PeakPrediction],
-    predict_as_run: Callable[[RunSpec], PeakPrediction] | None = None,
+    predict: Callable[..., PeakPrediction],
+    predict_as_run: Callable[..., PeakPrediction] | None = None,
 ) -> list[Row]:
     """One row per finished GPU run among `paths` (result.json files). `predict_as_run`: the
-    prediction with DeepSpeed's linear, for the runs measured with it (`defects`)."""
+    prediction with DeepSpeed's linear, for the runs measured with it (`defects`). A DeepSpeed run
+    is predicted with the config it recorded (`ds_config=`, plan/predict.predict_spec's)."""
     results = {str(p): json.loads(p.read_text()) for p in sorted(paths)}
     found, unknown = defects(results)
     out = []
@@ -195,8 +196,11 @@ def rows(
             reason = "torch.compile: the compiled graph saves other tensors than the traced eager step"
             out.append(Row(path, spec, measured, reserved, None, reason, **marks))
             continue
-        as_run = predict_as_run(spec) if predict_as_run is not None and marks["defect"] else None
-        out.append(Row(path, spec, measured, reserved, predict(spec), as_run=as_run, **marks))
+        # DeepSpeed's settings as the run recorded them, not as its strategy would build them today
+        ran = ((result.get("strategy_config") or {}).get("deepspeed_config")) or None
+        kwargs = {"ds_config": ran} if ran else {}
+        as_run = predict_as_run(spec, **kwargs) if predict_as_run is not None and marks["defect"] else None
+        out.append(Row(path, spec, measured, reserved, predict(spec, **kwargs), as_run=as_run, **marks))
     return out
 
 

@@ -22,6 +22,7 @@ import pytest
 from .. import checks
 from ..analysis import peak_model
 from ..analysis.stats import mean_of, relative_spread, spread_of
+from ..checks.memory import memory_limit
 from ..config.datasets import with_epoch_steps
 from ..config.presets import tiers
 from ..launch import batch_search
@@ -230,20 +231,17 @@ class LlmbenchFixture:
         return result
 
     def memory_limit_gb(self) -> float | None:
-        """The memory check's limit: --llmbench-vram-limit-gb, else the run's tier's (the tier
-        --llmbench-tier names, or the one auto picked for the device's memory)."""
+        """The memory check's limit: --llmbench-vram-limit-gb, else the tier's that --llmbench-tier
+        names; with --llmbench-tier=auto the GPU's own memory (None here: the check reads it from
+        the run), and on a CPU the tier auto picked (the process's RSS includes its libraries)."""
         return self._memory_limit()[0]
 
     def _memory_limit(self) -> tuple[float | None, str]:
         """The limit and where it came from, for the check's message."""
         opts = self.session.options
-        if opts.vram_limit_gb:
-            return opts.vram_limit_gb, "--llmbench-vram-limit-gb"
         tier = tiers().get(self.spec.tier)
-        if tier is None:
-            return None, ""
-        how = "--llmbench-tier" if opts.tier != "auto" else "picked for this device"
-        return tier.vram_limit_gb, f"tier {tier.name}'s limit, {how}"
+        limit = tier.vram_limit_gb if tier is not None else None
+        return memory_limit(opts.vram_limit_gb, opts.tier, self.spec.tier, limit, self.spec.device)
 
     def _search_batch(self) -> batch_search.SearchResult:
         """Short trial runs at several batch sizes; see batch_search.py."""
@@ -313,10 +311,14 @@ class LlmbenchFixture:
         start = self.spec.per_device_batch
         if self.spec.device != "cuda":
             return start
+        device = limit is None  # the GPU's own memory: the run must fit on it (analysis/fit.py)
+        if device:
+            gib = self.session.hardware().device_gib
+            limit = gib * 2**30 / 1e9 if gib else None
         # try_batch keeps the trial for the search
         if not limit or try_batch(start).status not in ("ok", "predicted unfit"):
             return start
-        hint = peak_model.largest_batch(predictions.get(start), start, limit)
+        hint = peak_model.largest_batch(predictions.get(start), start, limit, device_memory=device)
         return min(hint, cap) if hint else start
 
     def validate(
