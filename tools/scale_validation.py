@@ -88,6 +88,8 @@ def open_folder(spec: str, stack: contextlib.ExitStack) -> Path:
         spec.partition(":") if any(x in spec for x in (".tgz:", ".tar.gz:", ".tar.xz:")) else (spec, "", "")
     )
     p = Path(path)
+    if not p.exists() and (REPO / p).exists():  # the kept sessions, named from the repository's root
+        p = REPO / p
     if not p.name.endswith((".tgz", ".tar.gz", ".tar.xz")):
         return p
     if not p.is_file():
@@ -455,7 +457,7 @@ def report(
 def main() -> int:
     args = arguments()
     kept = kept_predictions(args.kept, args.target)
-    specs = [str(REPO / "docs/results" / s) for s in SESSIONS] if args.pooled else args.results_dirs
+    specs = [f"docs/results/{s}" for s in SESSIONS] if args.pooled else args.results_dirs
     plan: list[tuple[int, list[int] | None]] = (
         [(2, None), (4, [1, 2]), (4, [1])] if args.pooled else [(args.target, None)]
     )
@@ -463,11 +465,14 @@ def main() -> int:
         done = run_folders(specs, plan, kept, stack)
         if not done:
             return 2
-        lines, summary, rows = report(done, args, kept)
-        sessions = {r["folder"] for r in rows}
+        sessions = {r["folder"] for got in done.values() for r in got["rows"]}
         if len(sessions) > 1:
-            # each session's intervals from the others alone: the check out of sample
-            rows = leave_one_out(done)
+            # each session's intervals from the others alone: the check out of sample, in every table
+            again = iter(leave_one_out(done))
+            for got in done.values():
+                got["rows"] = [next(again) for _ in got["rows"]]
+        lines, summary, rows = report(done, args, kept)
+        if len(sessions) > 1:
             pooled = pooled_lines(rows)
             summary += pooled
             lines += ["### pooled, each session's intervals from the other sessions", "", *pooled]
@@ -485,12 +490,12 @@ def main() -> int:
                 scale_published.load(args.published), Calibration(calibration_from(rows))
             )
             published = scale_published.summary(found)
-            lines += ["", "### published multi-node runs", "", *scale_published.table(found)]
             summary.append(
                 f"published multi-node points: {published['inside']} of {published['points']} inside the 90% "
                 f"interval, {published['within_5pt']} within 5 points of efficiency, median width "
                 f"{published['median_width_pt']:.1f} points"
             )
+            lines += ["", "### published multi-node runs", "", summary[-1], "", *scale_published.table(found)]
         text = "\n".join(lines).rstrip()
         print(text)
         if args.markdown:
