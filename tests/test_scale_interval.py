@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 from test_report import llmbench, make_result, write_run
@@ -147,3 +148,19 @@ def test_a_corrupted_result_is_named_and_the_configuration_it_leaves_says_so(tmp
     four = next(p for p in config["predictions"] if p["world_size"] == 4)
     low, high = four["interval_90"]["tokens_per_sec"]
     assert low < four["tokens_per_sec"] < high
+
+
+def test_the_reports_section_gives_every_predicted_cell_its_interval(tmp_path):
+    from llmbench_pytest.report.collect import load_results
+    from llmbench_pytest.report.summary import markdown_scale
+
+    lines = markdown_scale.render(load_results(_session(tmp_path / "runs")).runs, tmp_path)
+    text = "\n".join(lines)
+    assert "## Beyond this node" in text and "What the intervals are known to: 90% intervals checked" in text
+    (row,) = [line for line in text.splitlines() if line.startswith("| fsdp")]
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    for cell in cells[1:6]:  # 4 to 256 GPUs: 'tokens/s (eff), low-high'
+        point, low, high = (float(x.replace(",", "")) for x in re.findall(r"\d[\d,]*(?=\s\(|-|$)", cell))
+        assert low < point < high, cell
+    doc = json.loads((tmp_path / "scale.json").read_text())
+    assert all(p["interval_90"] for c in doc["configurations"] for p in c["predictions"] if not p["measured"])
