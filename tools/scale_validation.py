@@ -20,7 +20,9 @@ folder inside it (read from a temporary copy).
 
 Several RESULTS_DIRs (sessions on different hosts) are each checked on their own, with their own
 link probe, then pooled; an interval is then computed leaving its own session out: the model's
-errors and the hosts' spread it takes come from the other sessions only. `--pooled` checks the kept
+errors and the hosts' spread it takes come from the other sessions only. With one RESULTS_DIR the
+intervals are the package's (plan/scale_calibration.py): out of sample for a new session, in
+sample for one of the kept ones. `--pooled` checks the kept
 sessions of docs/results (SESSIONS): world size 2 from 1, 4 from 1 and 2 (anchored), and 4 from 1
 alone (two doublings); `--published` adds the published multi-node points (tools/scale_published.py);
 `--calibrate PATH` writes what the package's intervals take (plan/scale_calibration.py) from all of it.
