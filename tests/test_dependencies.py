@@ -111,3 +111,17 @@ def test_the_check_sees_an_undeclared_import(tmp_path):
     finally:
         sneaky.unlink()
     assert {m.split()[0] for m in missing} == {"numpy", "yaml"}
+
+
+def test_every_package_folder_is_installed():
+    """pyproject.toml lists the packages setuptools installs: a folder left out (llmbench_pytest.plan
+    was, 2026-11-28) works in an editable install and is missing from a wheel."""
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(p.parent.relative_to(REPO).parts)
+        for p in (REPO / "llmbench_pytest").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    assert found - listed == set(), (
+        f"add to pyproject.toml's [tool.setuptools] packages: {sorted(found - listed)}"
+    )
