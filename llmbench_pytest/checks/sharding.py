@@ -66,6 +66,8 @@ def peer_key(result: Mapping[str, Any]) -> tuple[Any, ...]:
         result.get("fused_loss", "none"),
         result.get("fp8", "none"),
         result.get("attention", "default"),
+        # a strategy's setting off its default (its buckets, say) is that run's own peer group
+        result.get("settings_variant") or "",
     )
 
 

@@ -8,12 +8,14 @@ Precedence: command line > the test's marker > ini > default (plugin.options_for
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import deepspeed_user, strategy_settings
 from .gate_bounds import GateBounds, parse_gate_bounds
 from .presets import model_names, tiers
 from .spec import (
@@ -146,6 +148,11 @@ def _axis(*choices: str) -> Callable[[Any], tuple[str, ...]]:
         return tuple(dict.fromkeys(one(x) for x in items))
 
     return parse
+
+
+def _setting_axis(field: str) -> Callable[[Any], tuple[str, ...]]:
+    """A strategy setting's axis (config/strategy_settings.py): values each run as a configuration."""
+    return functools.partial(strategy_settings.axis_values, strategy_settings.BY_FIELD[field])
 
 
 def _seq_lens(raw: Any) -> tuple[int, ...]:
@@ -378,6 +385,46 @@ SETTINGS: tuple[Setting, ...] = (
         "skipped with the reason; comma-separated values each run (default: default).",
         _axis(*ATTENTION_BACKENDS),
         "BACKEND[,BACKEND...]",
+    ),
+    Setting(
+        "zero_bucket",
+        "DeepSpeed's reduce and all-gather buckets for ZeRO-1, 2 and 3, in elements: default (ZeRO-3: "
+        "DeepSpeed's guidance, 5e8, at most the model's parameters; ZeRO-1 and 2: hidden size squared), "
+        "hf_auto (the Hugging Face Trainer's 'auto': hidden size squared) or a number; comma-separated "
+        "values each run.",
+        _setting_axis("zero_bucket"),
+        "default|hf_auto|N[,...]",
+    ),
+    Setting(
+        "zero3_prefetch",
+        "ZeRO-3's prefetch bucket (stage3_prefetch_bucket_size), in elements: default (5e8, at most the "
+        "model's parameters), hf_auto (0.9 x hidden size squared) or a number; comma-separated values "
+        "each run.",
+        _setting_axis("zero3_prefetch"),
+        "default|hf_auto|N[,...]",
+    ),
+    Setting(
+        "zero3_persistence",
+        "ZeRO-3 keeps parameters smaller than this many elements whole on every rank "
+        "(stage3_param_persistence_threshold): default (1e6, at most a thousandth of the model), hf_auto "
+        "(10 x hidden size) or a number; comma-separated values each run.",
+        _setting_axis("zero3_persistence"),
+        "default|hf_auto|N[,...]",
+    ),
+    Setting(
+        "ddp_bucket_mb",
+        "DDP's gradient bucket (bucket_cap_mb): default (torch's 25) or a number of MB; comma-separated "
+        "values each run.",
+        _setting_axis("ddp_bucket_mb"),
+        "default|MB[,...]",
+    ),
+    Setting(
+        "deepspeed_config",
+        "a DeepSpeed config JSON merged over the suite's defaults in every DeepSpeed run and recorded in "
+        "result.json; what the suite sets for every strategy (batch, precision, optimizer, offload, "
+        "another stage than the strategy's) is refused, 'auto' values are left to the suite.",
+        deepspeed_user.load,
+        "FILE",
     ),
     Setting(
         "profile",
@@ -659,6 +706,12 @@ class SessionOptions:
     fused_loss: tuple[str, ...] = ("none",)
     fp8: tuple[str, ...] = ("none",)
     attention: tuple[str, ...] = ("default",)
+    zero_bucket: tuple[str, ...] = ("default",)
+    zero3_prefetch: tuple[str, ...] = ("default",)
+    zero3_persistence: tuple[str, ...] = ("default",)
+    ddp_bucket_mb: tuple[str, ...] = ("default",)
+    deepspeed_config: tuple[str, str] | None = None
+    """(path, its settings as JSON) from --llmbench-deepspeed-config."""
     profile: bool = False
     results_dir: str = "results"
     vram_limit_gb: float | None = None

@@ -206,6 +206,20 @@ class RunSpec:
     emulated (a smoke test of the conversion, not a speed)."""
     attention: str = "default"
     """Attention kernel (ATTENTION_BACKENDS), held for forward and backward of every step."""
+    zero_bucket: str = "default"
+    """DeepSpeed's reduce and all-gather buckets (ZeRO-1 to 3), in elements: default (the
+    maintainers' guidance for the model's size: config/strategy_settings.py), hf_auto or a number."""
+    zero3_prefetch: str = "default"
+    """ZeRO-3's stage3_prefetch_bucket_size: default, hf_auto or a number of elements."""
+    zero3_persistence: str = "default"
+    """ZeRO-3's stage3_param_persistence_threshold: default, hf_auto or a number of elements."""
+    ddp_bucket_mb: str = "default"
+    """DDP's bucket_cap_mb: default (torch's 25) or a number of MB."""
+    deepspeed_config: str = ""
+    """The user's DeepSpeed settings (--llmbench-deepspeed-config) as JSON, merged over the
+    defaults of every DeepSpeed run; '' for none."""
+    deepspeed_config_file: str | None = None
+    """The file they came from."""
     profile_steps: int = 0
     """Untimed steps after the window run under torch.profiler (collectives, host-device copies)."""
     trace: bool = False

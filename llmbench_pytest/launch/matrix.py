@@ -350,7 +350,7 @@ def _strategy_entries(
             "selects the encoder-decoder's disk runs"
         )
     entries = []
-    combos = technique_combos(opts)
+    combos = technique_combos(opts, info)
     for world_size, seq, source, (suffix, techniques) in (
         (w, q, d, c) for w in sizes for q in seq_lens for d in sources for c in combos
     ):

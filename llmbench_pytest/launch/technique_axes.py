@@ -1,4 +1,5 @@
-"""The what-if axes of the matrix: --llmbench-fused-loss, --llmbench-fp8, --llmbench-attention.
+"""The what-if axes of the matrix: --llmbench-fused-loss, --llmbench-fp8, --llmbench-attention, and
+the strategies' own settings (--llmbench-zero-bucket and the others of config/strategy_settings.py).
 
 Standard library only. Each axis takes one value or several; every combination is its own
 configuration, named in the test id where the axis is not at its default or varies
@@ -14,6 +15,7 @@ import importlib.util
 import itertools
 from typing import TYPE_CHECKING, Any
 
+from ..config import deepspeed_user, strategy_settings
 from ..config.spec import SpecError, fp8_needs_compile
 
 if TYPE_CHECKING:
@@ -28,22 +30,34 @@ DECODER_WORKLOADS = ("causal_lm", "lora")
 FP8_CAPABILITY = (8, 9)
 
 
-def technique_combos(opts: SessionOptions) -> list[tuple[str, dict[str, str]]]:
-    """(test-id suffix, RunSpec fields) for every combination the session asks for."""
-    values = [getattr(opts, field) for field, _, _ in AXES]
+def technique_combos(
+    opts: SessionOptions, info: StrategyInfo | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """(test-id suffix, RunSpec fields) for every combination the session asks for: the technique
+    axes for every strategy, and the strategy settings' axes (config/strategy_settings.py) that
+    apply to `info`'s (the others at their defaults), with the user's DeepSpeed config for a
+    DeepSpeed strategy."""
+    settings = [a for a in strategy_settings.AXES if info is not None and a.applies(info)]
+    axes = [*AXES, *((a.field, a.prefix, strategy_settings.DEFAULT) for a in settings)]
+    values = [getattr(opts, field) for field, _, _ in axes]
+    given = opts.deepspeed_config if info is not None and info.family == "deepspeed" else None
+    user = {"deepspeed_config_file": given[0], "deepspeed_config": given[1]} if given else {}
     out = []
     for combo in itertools.product(*values):
         parts = [
             f"-{prefix}_{value}"
-            for (field, prefix, default), value in zip(AXES, combo, strict=True)
+            for (field, prefix, default), value in zip(axes, combo, strict=True)
             if value != default or len(getattr(opts, field)) > 1
         ]
-        out.append(("".join(parts), {field: value for (field, _, _), value in zip(AXES, combo, strict=True)}))
+        fields = {field: value for (field, _, _), value in zip(axes, combo, strict=True)}
+        out.append(("".join(parts), {**fields, **user}))
     return out
 
 
 def check_technique_options(opts: SessionOptions, hw: Hardware) -> None:
-    """Refuse, before anything trains, what no machine should run: fp8 without compile on a GPU."""
+    """Refuse, before anything trains, what no machine should run: fp8 without compile on a GPU, a
+    DeepSpeed config whose stage is not every selected DeepSpeed strategy's."""
+    deepspeed_user.check_stage(opts.deepspeed_config, opts.strategies)
     recipes = [r for r in opts.fp8 if r != "none"]
     if recipes and hw.device == "cuda" and not opts.compile:
         raise SpecError(fp8_needs_compile(",".join(recipes)))
@@ -53,7 +67,7 @@ def technique_skip(
     fields: dict[str, str], info: StrategyInfo, workload: str, preset: ModelPreset, hw: Hardware
 ) -> str | None:
     """Why this combination cannot run here (a skip reason), or None."""
-    if all(fields[f] == d for f, _, d in AXES):
+    if all(fields[f] == d for f, _, d in AXES):  # the settings' axes apply to every workload
         return None
     if workload not in DECODER_WORKLOADS:
         return (

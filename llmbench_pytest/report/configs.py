@@ -53,6 +53,8 @@ class ConfigKey(NamedTuple):
     configuration; markdown_techniques.py compares them."""
     fp8: str
     attention: str
+    settings_variant: str
+    """A strategy's settings off the suite's defaults ('' at them): its own configuration."""
     workload: str
     """causal_lm, lora or seq2seq."""
     optimizer: str
@@ -93,6 +95,7 @@ def config_key(run: Run) -> ConfigKey:
         fused_loss=str(d.get("fused_loss") or "none"),
         fp8=str(d.get("fp8") or "none"),
         attention=str(d.get("attention") or "default"),
+        settings_variant=str(d.get("settings_variant") or ""),
         workload=str(d.get("workload") or "causal_lm"),
         optimizer=str(d.get("optimizer") or "adamw_torch"),
         lora_rank=int(d.get("lora_rank") or 0),

@@ -75,6 +75,7 @@ def _series_key(key: ConfigKey, mode: str) -> tuple[Any, ...]:
         key.fused_loss,
         key.fp8,
         key.attention,
+        key.settings_variant,
         key.workload,
         key.optimizer,
         key.lora_rank,
@@ -225,7 +226,12 @@ def _settings(key: ConfigKey) -> list[str]:
     if key.optimizer != _spec_default("optimizer"):
         out.append(f"optimizer={key.optimizer}")
     out += [flag for flag, on in (("grad_ckpt", key.grad_ckpt), ("compile", key.compile)) if on]
-    for field, off in (("fused_loss", "none"), ("fp8", "none"), ("attention", "default")):
+    for field, off in (
+        ("fused_loss", "none"),
+        ("fp8", "none"),
+        ("attention", "default"),
+        ("settings_variant", ""),
+    ):
         if getattr(key, field) != off:
             out.append(f"{field}={getattr(key, field)}")
     return out

@@ -11,11 +11,12 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..analysis import comm_model, memory_model, peak_model
+from ..analysis import comm_model, memory_model, peak_model, straggler
 from ..analysis.collectives import busbw_at, peak_busbw
 from ..analysis.flops import mfu, tflops_per_gpu
 from ..analysis.stats import Jitter, StepStats, mean_interval, mean_of
 from ..config.presets import gpu_peak
+from ..config.strategy_settings import settings_label
 from .measurement import Measurement
 from .schema import GB, SCHEMA_VERSION
 
@@ -69,6 +70,8 @@ def build_result(
         "h2d_link_gbps": _min_rank(m.per_rank, "h2d_link_gbps"),
         # the optimizer's share of a step (after backward to the step's end), the slowest rank's
         "optimizer_step_sec": _max_rank(m.per_rank, "optimizer_sec_mean") if m.ok else None,
+        # the rank that held the others back, if one did, and what it cost a step
+        "straggler": straggler.find(m.per_rank, m.step_times, device, spec.precision) if m.ok else None,
         "communication": _communication(spec, m, traces, mean_step),
         "link": m.link,
         **_epochs(spec, m),
@@ -157,14 +160,19 @@ def _what_ran(spec: RunSpec, m: Measurement, device: str, meta: dict[str, Any]) 
 
 
 def _techniques(spec: RunSpec, m: Measurement) -> dict[str, Any]:
-    """The what-if axes as asked, what the worker applied (fp8 layers, the loss, the backend), and
-    the attention kernels the profiler saw run (GPU always; CPU with --llmbench-profile)."""
+    """The what-if axes as asked, what the worker applied (fp8 layers, the loss, the backend), the
+    attention kernels the profiler saw run (GPU always; CPU with --llmbench-profile), and the
+    strategy's settings."""
     traces = [r["trace"] for r in m.per_rank if r.get("trace")]
     seen = traces[0].get("attention_kernels") if traces else None
     return {
         "fused_loss": spec.fused_loss,
         "fp8": spec.fp8,
         "attention": spec.attention,
+        # the strategy's own settings as it ran them, each with whose value it was (the suite's
+        # default, the user's file, an axis), and the name of the axes' values off the defaults
+        "settings": m.strategy.get("settings"),
+        "settings_variant": settings_label(spec.to_dict(), spec.info),
         "attention_ran": next(iter(seen)) if seen else None,
         "techniques": {
             **(m.model.get("techniques") or {}),

@@ -7,10 +7,10 @@ session's folder can be reported, compared or gated on its own. Inside it files 
 benchmark card puts them (`bench-<host>-<strategy>-ws<N>-seq<L>.log` and
 `..._results/result.json`; compiling adds
 `-compile`, activation checkpointing `-ckpt`, a technique off its default `-loss_chunked`,
-`-fp8_tensorwise`, `-attn_flash`); a run claims its directory with an atomic mkdir and never
-reuses an earlier one (a repeat of the same configuration in one session, --llmbench-repeat, gets
-`-r2`, `-r3`, ...). Every write is write-then-rename, here and in the ranks' heartbeat files
-(worker/progress.py).
+`-fp8_tensorwise`, `-attn_flash`, a strategy's setting `-bucket_hf_auto`); a run claims its
+directory with an atomic mkdir and never reuses an earlier one (a repeat of the same
+configuration in one session, --llmbench-repeat, gets `-r2`, `-r3`, ...). Every write is
+write-then-rename, here and in the ranks' heartbeat files (worker/progress.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config.strategy_settings import settings_label
 from .schema import RESULT_FILE
 
 if TYPE_CHECKING:
@@ -111,6 +112,8 @@ def claim_run_paths(results_dir: Path, spec: RunSpec, host: str | None = None) -
         ("attn", spec.attention, "default"),
     ):
         stem += f"-{prefix}_{value}" if value != default else ""
+    variant = settings_label(spec.to_dict(), spec.info)  # a strategy setting off its default
+    stem += f"-{variant}" if variant else ""
     for k in range(1, 10_000):
         base = results_dir / (stem if k == 1 else f"{stem}-r{k}")
         try:

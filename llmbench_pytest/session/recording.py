@@ -44,10 +44,12 @@ EXTRA_KEYS = (
     "step_times_sec",
     "node_shared",
     "side_by_side",
-    # the technique axes: the gate keys a saved run's configurations by them (report/records.py)
+    # the technique and settings axes: the gate keys a saved run's configurations by them
+    # (report/records.py)
     "fused_loss",
     "fp8",
     "attention",
+    "settings_variant",
 )
 
 

@@ -234,7 +234,7 @@ def _measured_epoch(
         loss = _backward(strategy, feed, accum)
         window.clock.optimizer()
         strategy.optimizer_step()
-        window.clock.end()
+        window.end_step()
         step_losses.append(loss)
         log.debug("epoch %d step %d/%d", e + 1, i + 1, steps)  # the launcher's heartbeat
     _sync(feed.device)

@@ -29,7 +29,7 @@ from .memory import PeakMemory, census_at_end_of_backward, census_bytes
 from .monitor import GpuMonitor
 from .profiling import profile_steps
 from .progress import note
-from .timing import StepClock
+from .timing import OptimizerHostClock, StepClock
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -85,6 +85,9 @@ class LoopSamples:
     """Python's garbage collections inside the window and the time they held the host (gc_pauses.py)."""
     optimizer_times: list[float] = field(default_factory=list)
     """Each measured step's optimizer share (StepClock.optimizer): what sharding the optimizer divides."""
+    optimizer_host_times: list[float] = field(default_factory=list)
+    """Each measured step's host time inside torch's optimizer step (OptimizerHostClock): this
+    rank's own work, without the collectives around it."""
 
 
 class Feed:
@@ -192,6 +195,7 @@ class Window:
 
     def __init__(self, device: torch.device) -> None:
         self.clock = StepClock(device)
+        self.optimizer_host = OptimizerHostClock()
         self.peak = PeakMemory(device)
         self.monitor = GpuMonitor(device)
         self.collector = GcPauses()
@@ -206,10 +210,17 @@ class Window:
         self.peak.reset()
         self.monitor.start()
         self.collector.start()
+        self.optimizer_host.start()
         self.clock.start_window()
+
+    def end_step(self) -> None:
+        """A measured step's end: its time, and its optimizer's host time."""
+        self.clock.end()
+        self.optimizer_host.end_step()
 
     def close(self, feed: Feed) -> None:
         self.clock.end_window()
+        self.optimizer_host.stop()
         self.gc_pauses = self.collector.stop()
         self.gpu = self.monitor.stop()
         self.memory = self.peak.read()
@@ -239,6 +250,7 @@ class Window:
             trace=trace,
             gc_pauses=self.gc_pauses,
             optimizer_times=self.clock.optimizer_durations(),
+            optimizer_host_times=self.optimizer_host.steps,
             **extra,
         )
 
@@ -287,7 +299,7 @@ def timed_loop(
         loss = _backward(strategy, feed, accum)
         window.clock.optimizer()
         strategy.optimizer_step()
-        window.clock.end()
+        window.end_step()
         step_losses.append(loss)
         # the launcher's heartbeat (written at most once a second); costs microseconds
         beat = {"phase": "measuring", "step": i + 1, "steps": max(rule.cap, i + 1)}

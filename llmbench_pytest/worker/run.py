@@ -330,6 +330,8 @@ def combine(
             optimizer_sec_mean=sum(samples.optimizer_times) / len(samples.optimizer_times)
             if samples.optimizer_times
             else None,
+            # step by step, for the straggler finding (analysis/straggler.py)
+            optimizer_host_sec_steps=samples.optimizer_host_times,
             # model states on the training device; on a GPU, what offload keeps in host memory apart
             census_bytes=samples.census.get(ctx.device.type, 0),
             census_host_bytes=samples.census.get("cpu", 0) if ctx.device.type == "cuda" else None,

@@ -98,3 +98,53 @@ class StepClock:
     @property
     def method(self) -> str:
         return "cuda_events" if self.cuda else "perf_counter"
+
+
+class OptimizerHostClock:
+    """The host's time inside torch's optimizer step, step by step, on this rank.
+
+    Measured around every torch optimizer's step (global step hooks; DeepSpeed's and bitsandbytes'
+    optimizers are torch optimizers too), so it holds this rank's own work and nothing it waits
+    for: no strategy runs a collective inside the step of the optimizer it wraps (DeepSpeed's
+    reductions and its all-gather of the updated weights come before and after; the optimizer
+    phase of StepClock holds those too, so a rank slowed there makes every rank's phase long).
+    On a GPU it is the step's host side (launches, a CPU optimizer, a host that is held up), on a
+    CPU all of it. What the straggler finding (analysis/straggler.py) compares between ranks."""
+
+    def __init__(self) -> None:
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+        self._began: float | None = None
+        self._held = 0.0
+        self.steps: list[float] = []
+
+    def start(self) -> None:
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        self.stop()
+        self.steps = []
+        self._held = 0.0
+
+        def before(*_: object) -> None:
+            self._began = time.perf_counter()
+
+        def after(*_: object) -> None:
+            if self._began is not None:
+                self._held += time.perf_counter() - self._began
+                self._began = None
+
+        # registered before any hook of the step (an injected fault's is added at the first
+        # measured step), so a pre-hook that holds the host up is inside the time measured
+        self._handles = [register_optimizer_step_pre_hook(before), register_optimizer_step_post_hook(after)]
+
+    def end_step(self) -> None:
+        """The optimizer's host time of the step that just ended (0 where it did not step)."""
+        self.steps.append(self._held)
+        self._held = 0.0
+
+    def stop(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []

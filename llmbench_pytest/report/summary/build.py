@@ -14,6 +14,7 @@ from ..collect import SUMMARY_DIR, Collection, load_results
 from ..configs import Config, ConfigKey, config_key, group_configs, one_session_each
 from ..scaling import Scaling, scaling_table
 from . import markdown, metrics_csv
+from .markdown_settings import for_ranking
 from .recommend import PatternRules, Recommendation, recommend
 from .table import summary_table
 
@@ -50,7 +51,9 @@ class Report:
         rules = rules or PatternRules()
         configs = group_configs(collection.runs)
         scaling = scaling_table(configs)
-        return cls(collection, configs, scaling, recommend(configs, scaling, rules), rules)
+        # each strategy ranked at the fastest of its settings measured, never at a what-if
+        ranked, _ = for_ranking(configs)
+        return cls(collection, configs, scaling, recommend(ranked, scaling, rules), rules)
 
     def table(self) -> str:
         return summary_table(self.configs, self.scaling, self.recommendations)

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING
 from .. import fmt
 from ..configs import Config, ConfigKey, scenario_title, sessions_read
 from ..scaling import LOSS_NOTES, baseline_cell, loss_cells
-from . import markdown_checks, markdown_gpu, markdown_scale, markdown_techniques, markdown_workloads
+from . import (
+    markdown_checks,
+    markdown_gpu,
+    markdown_scale,
+    markdown_settings,
+    markdown_techniques,
+    markdown_workloads,
+)
 from .md_table import capped as _capped
 from .md_table import md_table as _md_table
 from .table import CPU_NOTE, summary_rows
@@ -308,6 +315,8 @@ def render(
         *markdown_scale.render(runs, out_dir),
         *_mfu(configs),
         *markdown_techniques.render(configs),
+        *markdown_settings.settings(configs),
+        *markdown_settings.stragglers(runs),
         *markdown_gpu.render(configs, runs),
         *markdown_workloads.diagnostic(runs),
         *markdown_workloads.batch_search(runs),

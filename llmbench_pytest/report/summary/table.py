@@ -77,6 +77,7 @@ def lead_columns(configs: Sequence[Config]) -> tuple[list[Column], list[str]]:
         ("fused loss", lambda c: c.key.fused_loss),
         ("fp8", lambda c: c.key.fp8),
         ("attention", lambda c: c.key.attention),
+        ("settings", lambda c: c.key.settings_variant or "default"),  # a strategy's own, swept
         ("grad ckpt", lambda c: "yes" if c.key.grad_ckpt else "no"),
         ("workload", lambda c: c.key.workload),
         ("optimizer", lambda c: c.key.optimizer),
@@ -89,6 +90,7 @@ def lead_columns(configs: Sequence[Config]) -> tuple[list[Column], list[str]]:
         "fused loss": "none",
         "fp8": "none",
         "attention": "default",
+        "settings": "default",
         "grad ckpt": "no",
         "workload": "causal_lm",
         "optimizer": "adamw_torch",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from ...config.strategy_settings import DEFAULT, ddp_bucket_mb
 from ..techniques import close_techniques
 from .base import autocast, compile_blocks, make_optimizer, optimizer_kind
 
@@ -22,9 +23,10 @@ class DDPStrategy:
         self.built, self.spec, self.device = built, spec, ctx.device
         self.compiled = compile_blocks(built) if spec.compile else 0
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        self.bucket_mb = ddp_bucket_mb(spec.ddp_bucket_mb)
         # gradients live in the all-reduce buckets instead of beside them: one copy, not two
         self.model = DistributedDataParallel(
-            built.module, device_ids=device_ids, gradient_as_bucket_view=True
+            built.module, device_ids=device_ids, gradient_as_bucket_view=True, bucket_cap_mb=self.bucket_mb
         )
         self.optimizer = make_optimizer(self.model.parameters(), spec, ctx.device)
         # fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none
@@ -57,6 +59,12 @@ class DDPStrategy:
             "loss_scaling": "torch.amp.GradScaler" if self.scaler else None,
             "optimizer": optimizer_kind(self.spec, self.device),
             "compiled_blocks": self.compiled,
+            "settings": {
+                "bucket_cap_mb": {
+                    "value": self.bucket_mb,
+                    "from": "default" if self.spec.ddp_bucket_mb == DEFAULT else "axis",
+                }
+            },
         }
 
     def close(self) -> None:

@@ -1,10 +1,11 @@
 """Runs inside each rank: DeepSpeed ZeRO stages 0-3, with CPU and NVMe offload.
 
-The only module that imports deepspeed. The config it builds is what a careful user would
-write: bucket sizes scaled to the model's width the way the Hugging Face integration's
-"auto" values are (DeepSpeed's 5e8-element defaults would allocate gigabytes of buffers for a
-small model and hide the sharding), torch's fused AdamW where no offload asks for DeepSpeed's
-CPU Adam, and the precision the run asked for. The config is recorded with every result.
+The only module that imports deepspeed. The config it builds is what a well-informed user would
+write: DeepSpeed's own guidance for its buckets, prefetch and persistence, scaled down to a model
+smaller than the guidance assumes (config/strategy_settings.py says which and why), torch's fused
+AdamW where no offload asks for DeepSpeed's CPU Adam, and the precision the run asked for; then
+the user's own file (--llmbench-deepspeed-config) and the settings' axes over it. The config, and
+where each setting came from, is recorded with every result.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from ...config import deepspeed_user
+from ...config.strategy_settings import axis_settings, merge, zero_defaults
 from ..faults import zero_stage
 from ..techniques import close_techniques
 from .base import compile_blocks, make_optimizer
@@ -47,22 +50,49 @@ def deepspeed_safe_arch_list(value: str | None) -> str | None:
     return ";".join(out)
 
 
-def build_config(spec: RunSpec, hidden_size: int, device: torch.device) -> dict[str, Any]:
+def model_params(spec: RunSpec) -> int:
+    """The parameter count the ZeRO defaults scale with: the preset's recorded count, else the
+    model's as the step trace builds it, without memory (cached: a rank that predicts its peak has
+    traced it already), so that `llmbench plan` and the rank size the same config."""
+    from ...config.presets import resolve_model
+
+    preset = resolve_model(spec.model, spec.model_config)
+    if preset.params:
+        return int(preset.params)
+    from ..step_trace import trace_step
+
+    return trace_step(spec, preset).params
+
+
+def zero_settings(spec: RunSpec, stage: int, hidden_size: int, params: int) -> dict[str, dict[str, Any]]:
+    """Each ZeRO bucket and threshold the run sets, with where its value came from: the suite's
+    default for the model's size (config/strategy_settings.zero_defaults), the user's file, or a
+    settings axis off its default, each over the one before."""
+    out = {k: {"value": v, "from": "default"} for k, v in zero_defaults(stage, params, hidden_size).items()}
+    user = deepspeed_user.user_settings(spec.deepspeed_config).get("zero_optimization") or {}
+    for key, value in user.items():
+        if key in out:
+            out[key] = {"value": value, "from": spec.deepspeed_config_file}
+    for key, value in axis_settings(spec.to_dict(), stage, hidden_size).items():
+        out[key] = {"value": value, "from": "axis"}
+    return out
+
+
+def build_config(
+    spec: RunSpec, hidden_size: int, device: torch.device, params: int | None = None
+) -> dict[str, Any]:
+    """The DeepSpeed config the run trains with: the suite's defaults for the model's size
+    (`params`: model_params(spec) where not given), the user's file merged over them, the settings'
+    axes over both (zero_settings). Needs no GPU: llmbench plan sizes ZeRO's buffers from it."""
     assert spec.info.zero_stage is not None
     stage = zero_stage(spec, spec.info.zero_stage)  # a test's injected fault may change it
-    bucket = hidden_size * hidden_size
+    params = model_params(spec) if params is None else params
+    settings = zero_settings(spec, stage, hidden_size, params)
     zero: dict[str, Any] = {
         "stage": stage,
         "contiguous_gradients": True,
         "overlap_comm": device.type == "cuda",
-        "reduce_bucket_size": bucket,
-        "allgather_bucket_size": bucket,
     }
-    if stage == 3:
-        zero.update(
-            stage3_prefetch_bucket_size=int(0.9 * bucket),
-            stage3_param_persistence_threshold=10 * hidden_size,
-        )
     pin = device.type == "cuda"
     if spec.offload == "cpu":
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
@@ -100,6 +130,8 @@ def build_config(spec: RunSpec, hidden_size: int, device: torch.device) -> dict[
             "single_submit": False,
             "overlap_events": True,
         }
+    config = merge(config, deepspeed_user.user_settings(spec.deepspeed_config))
+    config["zero_optimization"].update({key: s["value"] for key, s in settings.items()})
     return config
 
 
@@ -124,6 +156,8 @@ class DeepSpeedStrategy:
         self.linear_before = functional.linear
         self.compiled = compile_blocks(built) if spec.compile else 0
         self.config = build_config(spec, built.hidden_size, ctx.device)
+        stage = self.config["zero_optimization"]["stage"]
+        self.settings = zero_settings(spec, stage, built.hidden_size, model_params(spec))
         client = None
         if spec.optimizer != "adamw_torch":  # bitsandbytes' paged 8-bit AdamW replaces DeepSpeed's
             client = make_optimizer(built.module.parameters(), spec, ctx.device)
@@ -157,6 +191,9 @@ class DeepSpeedStrategy:
             "deepspeed_version": self.version,
             "zero_optimizer": type(self.optimizer).__name__,
             "deepspeed_config": self.config,
+            # the settings that move its speed and memory, and whose they are (default, file, axis)
+            "settings": self.settings,
+            "deepspeed_config_file": self.spec.deepspeed_config_file,
             "compiled_blocks": self.compiled,
             # gradients DeepSpeed reduces outside its buckets, which ZeRO-1 holds until its epilogue
             # (analysis/memory_model.InFlight): counted here rather than estimated from the shapes

@@ -1,4 +1,5 @@
-"""Runs inside each rank: FSDP2 (torch.distributed.fsdp.fully_shard), one unit per block.
+"""Runs inside each rank: FSDP2 (torch.distributed.fsdp.fully_shard), one unit per block, then
+the root (fully_shard's documented pattern, as torchtitan wraps a llama).
 
 `fsdp` reshards parameters after forward (ZeRO-3-like: parameters, gradients and optimizer
 state sharded). `fsdp_grad_op` keeps the gathered parameters from forward to backward, so
@@ -39,7 +40,10 @@ class FSDPStrategy:
         blocks = [m for m in module.modules() if isinstance(m, built.block_classes)]
         for block in blocks:
             fully_shard(block, mesh=mesh, reshard_after_forward=self.reshard_after_forward, mp_policy=policy)
-        fully_shard(module, mesh=mesh, reshard_after_forward=self.reshard_after_forward, mp_policy=policy)
+        # the root unit (embedding, final norm, LM head) stays gathered from forward to backward,
+        # which needs it first: fully_shard's documentation, "For best performance, we usually set
+        # False for the root module"; resharding it re-gathered the embedding and LM head at once
+        fully_shard(module, mesh=mesh, reshard_after_forward=False, mp_policy=policy)
         self.units = len(blocks) + 1
         self.model = module
         self.optimizer = make_optimizer(module.parameters(), spec, ctx.device)
@@ -76,6 +80,11 @@ class FSDPStrategy:
             "loss_scaling": "ShardedGradScaler" if self.scaler else None,
             "optimizer": optimizer_kind(self.spec, self.device),
             "compiled_blocks": self.compiled,
+            # the pair fsdp / fsdp_grad_op is the blocks' setting swept; the root never reshards
+            "settings": {
+                "reshard_after_forward": {"value": self.reshard_after_forward, "from": "strategy"},
+                "root_reshard_after_forward": {"value": False, "from": "default"},
+            },
         }
 
     def close(self) -> None:
