@@ -22,12 +22,12 @@ extra=(${EXTRA:-})
 for part in "${parts[@]}"; do
   case $part in
     small)
-      RUN_TIMEOUT=150 "$here/run.sh" "$name" --llmbench-model="${SMALL_MODEL:-llama-1b}" \
+      RUN_TIMEOUT=130 "$here/run.sh" "$name" --llmbench-model="${SMALL_MODEL:-llama-1b}" \
         --llmbench-world-sizes="${SMALL_WS:-2}" --llmbench-strategies=fsdp,zero3 \
         --llmbench-zero-bucket=default,hf_auto --llmbench-zero3-prefetch=default,hf_auto \
         "${budget[@]}" "${extra[@]}" ;;
     large)
-      LLMBENCH_INJECT_FAULT="fsdp_grad_op:slow=0.3:${SLOW_RANK:-2}" RUN_TIMEOUT=170 "$here/run.sh" "$name" \
+      LLMBENCH_INJECT_FAULT="fsdp_grad_op:slow=0.3:${SLOW_RANK:-2}" RUN_TIMEOUT=160 "$here/run.sh" "$name" \
         --llmbench-model="${LARGE_MODEL:-llama-7b}" --llmbench-world-sizes="${LARGE_WS:-4}" \
         --llmbench-strategies=fsdp,zero3,fsdp_grad_op "${budget[@]}" "${extra[@]}" ;;
     report)
