@@ -20,8 +20,9 @@ what the step itself is known to is no finding; on a CPU, whose ranks share core
 and with other processes, that interval is wide, and only a rank far off the others is named.
 The others' noise: for the optimizer, the largest robust standard deviation of their steps
 (1.4826 MAD) or the spread of their medians, whichever is larger; for the profiled measures, one
-step each, the spread of the others or the robust standard deviation of the window's steps times
-the square root of two (the difference of two single steps), whichever is larger. What it costs
+step each, the spread of the others or the standard deviation of the window's steps times the
+square root of two (the difference of two single steps; not the robust one: a single profiled
+step may be the one a collection or a hiccup of the host fell in), whichever is larger. What it costs
 a step is the largest excess named: the time the others wait for it.
 """
 
@@ -130,7 +131,7 @@ def find(
     mean_step = statistics.fmean(step_times)
     reached = interval.half_width if interval and math.isfinite(interval.half_width) else math.inf
     floor = max(precision * mean_step, reached)
-    found = [_optimizer(ranks, floor), *_profiled(ranks, device, _robust_sd(step_times), floor)]
+    found = [_optimizer(ranks, floor), *_profiled(ranks, device, statistics.stdev(step_times), floor)]
     measures = [m for m in found if m is not None]
     if not measures:
         return None
