@@ -156,7 +156,7 @@ def test_a_models_layout_follows_its_forward():
     assert heads[-1].params[0][0] == heads[0].params[0][0] == 0
 
 
-def test_a_run_fits_where_its_peak_leaves_room_for_what_is_outside_the_allocator():
+def test_a_run_fits_where_its_peak_leaves_space_for_what_is_outside_the_allocator():
     # llama-7b's ddp on 4x H200: 137.14 GB predicted, 137.0 measured, ran at 2 and 4 GPUs; `llmbench
     # plan` held 1.11 x 137.14 = 152.2 GB against 151.4 and said it did not fit
     h200 = 150.11  # GB, as CUDA reports it

@@ -64,8 +64,8 @@ def fits(allocated_gb: float, device_gb: float) -> bool:
 
 def close(allocated_gb: float, device_gb: float) -> bool:
     """Within NEAR of the allocatable memory, on either side."""
-    room = allocatable_gb(device_gb)
-    return room > 0 and abs(allocated_gb / room - 1) <= NEAR
+    usable = allocatable_gb(device_gb)
+    return usable > 0 and abs(allocated_gb / usable - 1) <= NEAR
 
 
 def largest_batch(

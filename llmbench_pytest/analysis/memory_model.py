@@ -178,7 +178,7 @@ def _in_flight_bytes(
 def _grad_apart(inflight: InFlight) -> bool:
     """The embedding's gradient waits for the epilogue in a tensor of its own where it is larger
     than a bucket; one that fits is copied into the bucket (stage_1_and_2.py and stage3.py: a
-    gradient goes into the contiguous bucket when there is room for it), which is counted."""
+    gradient goes into the contiguous bucket when it has space for it), which is counted."""
     return not inflight.bucket or inflight.embedding > inflight.bucket
 
 

@@ -240,12 +240,12 @@ def _prefetch(
     passed: dict[int, int],
     held: set[int],
     numel: Mapping[int, int],
-    room: int,
+    space: int,
 ) -> int:
-    """The prefetcher: the next parameters of the trace not gathered yet, up to `room` elements;
+    """The prefetcher: the next parameters of the trace not gathered yet, up to `space` elements;
     it passes over (and marks) the uses of those already gathered. Returns the elements added."""
     fetched = 0
-    while queue and fetched < room:
+    while queue and fetched < space:
         pid, at = queue.popleft()
         passed[pid] = max(passed[pid], at)
         if pid not in held:

@@ -89,7 +89,7 @@ def check_memory(result: Mapping[str, Any], limit_gb: float | None, source: str 
     of = f" ({source})" if source else ""
     retries = sum(int(r.get("alloc_retries") or 0) for r in result.get("per_rank", []) or [])
     tight = (
-        f"; the allocator emptied its cache {retries} time(s) to find room: the run is at its "
+        f"; the allocator emptied its cache {retries} time(s) to find space: the run is at its "
         "GPU's limit" if retries else ""
     )  # fmt: skip
     if peak <= limit_gb:

@@ -439,7 +439,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "vram_limit_gb",
         "peak memory limit for the memory check, in GB: peak reserved GPU memory, or on CPU the "
-        "process's peak RSS (default: the run's tier's, from fixtures/tiers.toml: A 24, B 80).",
+        "process's peak RSS (default: the GPU's own memory; a tier's, fixtures/tiers.toml A 24 or "
+        "B 80, where --llmbench-tier names one, and on CPU).",
         _positive_float,
         "GB",
     ),
@@ -495,7 +496,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "tier",
-        "resource tier from fixtures/tiers.toml: auto, A (standard) or B (high-memory) (default: auto).",
+        "resource tier from fixtures/tiers.toml: auto, A (standard) or B (high-memory): the default "
+        "model and, where named, the memory check's limit (default: auto: the GPU's own memory).",
         _tier,
         "TIER",
     ),

@@ -377,14 +377,14 @@ def _largest_batch(at_batch: PeakPrediction, batch: int, capacity: float) -> tup
     do not. A second trace at batch 1 for a fixed share gave the same largest batch for every
     strategy of llama-1b on H100 and llama-7b on 8 x 80 GiB at 4096 tokens (2026-11-26), at twice
     the time."""
-    room = fit.allocatable_gb(fit.cuda_total_gb(capacity))
-    return _activation(at_batch) / batch, at_batch.largest_batch(batch, room)
+    usable = fit.allocatable_gb(fit.cuda_total_gb(capacity))
+    return _activation(at_batch) / batch, at_batch.largest_batch(batch, usable)
 
 
 def format_table(req: PlanRequest, rows: list[PlanRow]) -> str:
     title = f"{req.model} on {req.gpus} x {req.gpu_name} ({req.capacity:.1f} GB each)"
     device = fit.cuda_total_gb(req.capacity)
-    room = fit.allocatable_gb(device)
+    usable = fit.allocatable_gb(device)
     lines = [
         f"{title}, batch {req.batch} x {req.seq_len} tokens per GPU",
         "",
@@ -406,7 +406,7 @@ def format_table(req: PlanRequest, rows: list[PlanRow]) -> str:
         f"step's activations and temporaries, the strategy's buffers; reserved = allocated x "
         f"{RESERVED_OVER_ALLOCATED}, what the",
         "allocator keeps with memory to spare (near the limit it hands its cache back). alloc. is the",
-        f"largest of the step's phases. Fits: alloc. within {room:.1f} GB, the {device:.1f} GB CUDA "
+        f"largest of the step's phases. Fits: alloc. within {usable:.1f} GB, the {device:.1f} GB CUDA "
         f"reports less {fit.OUTSIDE_ALLOCATOR_GB} GB",
         f"held outside the allocator (context, kernels, NCCL) and {fit.FRAGMENTATION:.0%} for "
         "fragmentation (analysis/fit.py).",
@@ -416,8 +416,8 @@ def format_table(req: PlanRequest, rows: list[PlanRow]) -> str:
     near = [r.strategy for r in rows if fit.close(r.prediction.allocated_gb, device)]
     if near:
         lines.append(
-            f"Close ({', '.join(near)}): within {fit.NEAR:.0%} of the {room:.1f} GB, where the prediction's "
-            "own error can turn the answer."
+            f"Close ({', '.join(near)}): within {fit.NEAR:.0%} of the {usable:.1f} GB, where the "
+            "prediction's own error can turn the answer."
         )
     return "\n".join(lines)
 
