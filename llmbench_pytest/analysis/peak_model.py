@@ -32,7 +32,7 @@ outweigh the step's 6 bytes per parameter over N). The largest is the prediction
 decides the peak where activations are small (activation checkpointing, LoRA, small batches).
 
 Validated against every GPU run in docs/results by tools/peak_table.py, which writes
-docs/results/2026-11-25-peak-prediction/table.md (its README says when and at which commit).
+docs/results/2026-11-28-peak-prediction-zero3/table.md (its README says when and at which commit).
 """
 
 from __future__ import annotations

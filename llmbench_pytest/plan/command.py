@@ -411,7 +411,7 @@ def format_table(req: PlanRequest, rows: list[PlanRow]) -> str:
         f"held outside the allocator (context, kernels, NCCL) and {fit.FRAGMENTATION:.0%} for "
         "fragmentation (analysis/fit.py).",
         "Checked against every measured GPU run in the repository's docs/results: the table and its figures",
-        "in docs/results/2026-11-25-peak-prediction (tools/peak_table.py remakes them).",
+        "in docs/results/2026-11-28-peak-prediction-zero3 (tools/peak_table.py remakes them).",
     ]
     near = [r.strategy for r in rows if fit.close(r.prediction.allocated_gb, device)]
     if near:
