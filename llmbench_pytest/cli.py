@@ -53,7 +53,7 @@ def _report(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from .report.compare import compare, load_inputs
 
-    inputs = load_inputs(args.inputs, args.cost)
+    inputs = load_inputs(args.inputs, args.cost, args.sessions)
     for i in inputs:
         for p in i.records.problems:
             print(f"llmbench compare: warning: {p}", file=sys.stderr)
@@ -81,7 +81,7 @@ def _gate(args: argparse.Namespace) -> int:
         history=parse_history(args.history_window, "--history-window", alpha) if args.history else 0,
         strict=args.strict,
     )
-    baseline, current, history = load_inputs(args.baseline, args.current, args.history)
+    baseline, current, history = load_inputs(args.baseline, args.current, args.history, args.sessions)
     result = run_gate(baseline, current, bounds, history)
     print(result.format())
     if args.output:
@@ -142,6 +142,18 @@ def _has_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def _sessions(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write a whole number of sessions, 1 or more (e.g. --sessions 3)"
+        )
+    return value
 
 
 def _noise_factor(text: str) -> float:
@@ -257,6 +269,13 @@ def _add_compare(sub: Any) -> None:
         help="$ per GPU-hour, one per INPUT in the same order (e.g. --cost 3.00 5.50)",
     )
     cmp.add_argument("--markdown", metavar="FILE", help="also write the comparison as markdown to FILE")
+    cmp.add_argument(
+        "--sessions",
+        type=_sessions,
+        default=1,
+        metavar="N",
+        help="read each configuration's newest N sessions from a results folder INPUT (1)",
+    )
     cmp.set_defaults(func=_compare)
 
 
@@ -267,20 +286,23 @@ def _add_gate(sub: Any) -> None:
         formatter_class=_DESCRIBED,
         description=(
             "Compare CURRENT with BASELINE per configuration: tokens/s, step time and peak memory, each\n"
-            "with its change, 95% interval and p-value. Runs are the unit where a side has 2+ (t-test on\n"
-            "log means); with one run a side, a t-test against the run-to-run spread of --history, else a\n"
-            "block bootstrap of the per-step times; one peak a side is compared with the bound only.\n"
-            "REGRESSION (exit 1): p < alpha and the change past the bound. Inconclusive (the interval\n"
-            "reaches past the bound otherwise): reported with the runs a side that would settle it; exit 1\n"
-            "only with --fail-inconclusive. A configuration that finished in the baseline and fails now is\n"
-            "a regression.\n"
+            "with its change, 95% interval and p-value. Speed takes the session as the unit: a t-test on\n"
+            "each session's mean step time against the spread between sessions, measured where a side has\n"
+            "2+ sessions (--sessions) or --history has earlier ones, else the spread measured for the\n"
+            "strategy on that hardware (named in the output). One peak a side is compared exactly, or with\n"
+            "the bound only. REGRESSION (exit 1): p < alpha and the change past the bound. Inconclusive:\n"
+            "reported with the sessions a side that would settle it; exit 1 only with --fail-inconclusive.\n"
+            "Each configuration also gets the sessions a side that catch a slowdown of twice the bound.\n"
+            "A configuration that finished in the baseline and fails now is a regression; a baseline that\n"
+            "is the current run itself is refused.\n"
             "--history DIR: the last K runs of each configuration in DIR (pytest-benchmark storage or a\n"
             "results folder) are searched for a change of level (permutation test on the best split),\n"
             "which catches a slow drift that passes every single comparison.\n"
             "BASELINE and CURRENT: a results folder, a result.json, a pytest-benchmark .json, or a\n"
             "pytest-benchmark storage folder such as .benchmarks/ (its newest saved run).\n"
             "Bounds are fractions or percentages: 0.05 or 5%.\n"
-            "Exit: 0 passed, 1 regression, 2 could not compare (bad input; other GPU model with --strict)."
+            "Exit: 0 passed, 1 regression, 2 could not compare (bad input, the baseline is the current run,\n"
+            "another device or GPU model with --strict)."
         ),
         epilog="example: llmbench gate --baseline .benchmarks --current results/latest --history .benchmarks",
     )
@@ -316,6 +338,13 @@ def _add_gate(sub: Any) -> None:
         default="20",
         metavar="K",
         help="earlier runs --history looks at (20; at alpha 0.01, 9 or more)",
+    )
+    gate.add_argument(
+        "--sessions",
+        type=_sessions,
+        default=1,
+        metavar="N",
+        help="read each configuration's newest N sessions from a results folder on each side (1)",
     )
     gate.add_argument("--noise-factor", type=_noise_factor, help=argparse.SUPPRESS)
     gate.add_argument(

@@ -1,37 +1,40 @@
-"""The regression gate's false-alarm rate and power, measured on real runs.
+"""The speed decision's false alarms and power, measured on real pytest sessions.
 
-    python tools/gate_error_rates.py collect /tmp/gate-aa --sessions 20     # real pytest sessions
-    python tools/gate_error_rates.py analyse /tmp/gate-aa                   # the rates, from them
+    # identical code, separate sessions (A); then the same with one strategy slowed by 10% (B)
+    python tools/gate_error_rates.py collect DIR --label a --sessions 40
+    python tools/gate_error_rates.py collect DIR --label b --sessions 20 --slow ddp:10% --reference DIR
+    python tools/gate_error_rates.py analyse DIR                       # the rates, from them
 
-collect runs the suite SESSIONS times, one pytest session after another, each with
---llmbench-repeat=REPEAT, into DIR/session-NN/ (the same code, the same machine: every difference
-between two sessions is noise). analyse then gates disjoint pairs of consecutive sessions
-(1 against 2, 3 against 4, ...) per configuration, as `llmbench gate` would:
+collect runs the suite SESSIONS times, one pytest session after another, into DIR/<label>-NN/ (the
+same code and machine: every difference between two A sessions is noise). --slow STRATEGY:PCT
+injects LLMBENCH_INJECT_FAULT=STRATEGY:slow=SECONDS, SECONDS being PCT of that strategy's median
+step time in the A sessions of --reference: every measured step of it sleeps that long first.
 
-- A/A, REPEAT runs a side: all of each session's repeats (runs as the unit);
-- A/A, one run a side: repeat k of one session against repeat k of the other, for every k
-  (the block bootstrap of per-step times);
-- power: the same pairs with every step time of the current side multiplied by 1 + SLOWDOWN (a
-  simulated slowdown: the real runs' noise, shifted by exactly the slowdown);
-- history: each session in turn as the current run against the sessions before it, as they are
-  (false alarms) and with session i's step times multiplied by (1 + DRIFT)^i (a slow drift of
-  DRIFT a session that no single comparison with the previous session flags).
+analyse reads every session as `llmbench gate` and `llmbench compare` read a results folder, and
+counts, with Clopper-Pearson 95% intervals:
 
-A false alarm is a REGRESSION verdict on a metric; the rates are per metric, with Clopper-Pearson
-95% intervals. Inconclusive verdicts are counted apart: by default they do not fail the gate.
+- A/A gate runs: disjoint pairs of A sessions (1 against 2, 3 against 4, ...), each gated at the
+  default settings; a gate run fails when any configuration's verdict is REGRESSION (exit 1);
+- A/A comparisons: the same pairs through `llmbench compare`: a comparison names a winner when one
+  input is marked fastest, not tied;
+- A/B gate runs: A session i against B session i: the slowed strategy's tokens/s verdict;
+- A/B gate runs at the sessions a side the gate itself recommends for the slowed configuration
+  (printed per run as "Sessions a side that catch a 10% slowdown"), where there are that many
+  sessions of each: disjoint groups of k A sessions against k B sessions.
+
 A SIGINT or SIGTERM to collect ends the session running (pytest and what it started) and collect.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import os
+import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,32 +42,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _child import run_session
 from scipy.stats import binomtest
 
-from llmbench_pytest.analysis.significance import INCONCLUSIVE, REGRESSION
-from llmbench_pytest.config.gate_bounds import MIN_SPREAD_RUNS, min_history
+from llmbench_pytest.analysis.significance import REGRESSION
 from llmbench_pytest.report.collect import load_results
+from llmbench_pytest.report.compare import Input, compare
 from llmbench_pytest.report.gate import GateBounds, run_gate
-from llmbench_pytest.report.gate.history import History, Point
-from llmbench_pytest.report.records import merge_repeats, record_from_result, records_from_results
+from llmbench_pytest.report.records import RecordSet, merge_repeats, record_from_result
+
+if TYPE_CHECKING:
+    from llmbench_pytest.report.gate import GateResult
 
 REPO = Path(__file__).resolve().parents[1]
-Doc = dict[str, Any]
 
 
-def collect(out: Path, sessions: int, repeat: int, steps: int, seq_lens: str) -> None:
-    """SESSIONS pytest sessions of the suite on CPU, one after another."""
+def cpu_args(steps: int, seq_lens: str, repeat: int) -> list[str]:
+    """A session on this CPU: llama-tiny at one rank, in the pytest process."""
+    return [
+        "benchmarks/test_pretrain.py",
+        "--llmbench-device=cpu",
+        "--llmbench-world-sizes=1",
+        "--llmbench-launch=inprocess",
+        f"--llmbench-steps={steps}",
+        "--llmbench-warmup=3",
+        f"--llmbench-seq-lens={seq_lens}",
+        f"--llmbench-repeat={repeat}",
+    ]
+
+
+def collect(
+    out: Path, label: str, sessions: int, strategies: str, slow: str | None, extra: list[str]
+) -> None:
+    """SESSIONS pytest sessions, one after another, into out/<label>-NN."""
+    env = dict(os.environ)
+    if slow:
+        env["LLMBENCH_INJECT_FAULT"] = slow
+        print(f"LLMBENCH_INJECT_FAULT={slow}", flush=True)
     cmd = [
         sys.executable,
         "-m",
         "pytest",
-        "benchmarks/test_pretrain.py",
-        "--llmbench-device=cpu",
-        "--llmbench-world-sizes=1",
-        "--llmbench-strategies=ddp",
-        "--llmbench-launch=inprocess",
-        f"--llmbench-repeat={repeat}",
-        f"--llmbench-steps={steps}",
-        "--llmbench-warmup=3",
-        f"--llmbench-seq-lens={seq_lens}",
+        *extra,
+        f"--llmbench-strategies={strategies}",
         # the checks are not under test here: a noisy run must still be written, not failed
         "--llmbench-max-cv=1",
         "--llmbench-max-repeat-spread=1",
@@ -72,158 +89,121 @@ def collect(out: Path, sessions: int, repeat: int, steps: int, seq_lens: str) ->
         "-p",
         "no:cacheprovider",
     ]
-    for i in range(1, sessions + 1):
-        target = out / f"session-{i:02d}"
-        started = time.monotonic()
-        run_session([*cmd, f"--llmbench-results-dir={target}"], cwd=REPO, capture_output=True)
+    start = 1 + len(list(out.glob(f"{label}-*")))
+    for i in range(start, start + sessions):
+        target = out / f"{label}-{i:02d}"
+        began = time.monotonic()
+        run_session([*cmd, f"--llmbench-results-dir={target}"], cwd=REPO, capture_output=True, env=env)
         load = os.getloadavg()[0]
-        print(f"{target}: {time.monotonic() - started:.0f} s, load average {load:.1f}", flush=True)
+        print(f"{target}: {time.monotonic() - began:.0f} s, load average {load:.1f}", flush=True)
 
 
-def scaled(doc: Mapping[str, Any], factor: float) -> Doc:
-    """A run as if every step had taken `factor` times as long (tokens/s divided by it)."""
-    d = copy.deepcopy(dict(doc))
-    d["step_times_sec"] = [t * factor for t in d["step_times_sec"]]
-    for k in ("mean_step_time_sec", "step_time_std_sec", "step_time_median_sec"):
-        if d.get(k) is not None:
-            d[k] *= factor
-    for k in ("tokens_per_sec", "samples_per_sec"):
-        if d.get(k) is not None:
-            d[k] /= factor
-    d["repeats"] = None  # the merged repeats' spread is recomputed from the runs themselves
-    return d
+def slow_spec(spec: str, reference: Path) -> str:
+    """'ddp:10%' -> 'ddp:slow=0.00312': 10% of ddp's median step time over the A sessions."""
+    strategy, _, pct = spec.partition(":")
+    times = [
+        float(r.data["mean_step_time_sec"])
+        for folder in sessions_of(reference, "a")
+        for r in load_results(folder).runs
+        if r.data.get("strategy") == strategy and r.data.get("mean_step_time_sec")
+    ]
+    if not times:
+        raise SystemExit(f"--slow {spec}: no {strategy} run in {reference}/a-*; collect the A sessions first")
+    seconds = float(pct.rstrip("%")) / 100 * statistics.median(times)
+    return f"{strategy}:slow={seconds:.6f}"
 
 
-def sessions_of(root: Path) -> list[dict[tuple[Any, ...], list[Doc]]]:
-    """Per session (in order), its finished runs per configuration, repeats in order."""
-    out = []
-    for folder in sorted(p for p in root.iterdir() if p.name.startswith("session-")):
-        runs: dict[tuple[Any, ...], list[Doc]] = {}
-        for run in sorted(load_results(folder).runs, key=lambda r: r.order):
-            if run.data.get("status") == "ok":
-                runs.setdefault(record_from_result(run.data, str(run.path)).key, []).append(dict(run.data))
-        out.append(runs)
-    return out
+def sessions_of(root: Path, label: str) -> list[Path]:
+    return sorted(p for p in root.glob(f"{label}-*") if p.is_dir())
+
+
+def records(folders: list[Path]) -> RecordSet:
+    """The finished runs of these session folders as one side: each folder one session."""
+    runs = [r for f in folders for r in load_results(f).runs if r.data.get("status") == "ok"]
+    recs = [record_from_result(r.data, str(r.path)) for r in runs]
+    return RecordSet(folders[0], "results", merge_repeats(recs))
 
 
 class Tally:
-    """Verdicts per metric over many comparisons."""
+    """Outcomes of one kind of trial, with the Clopper-Pearson interval of the rate."""
 
-    def __init__(self) -> None:
-        self.n: dict[str, int] = {}
-        self.hits: dict[str, int] = {}
-        self.inconclusive: dict[str, int] = {}
+    def __init__(self, what: str) -> None:
+        self.what, self.n, self.hits = what, 0, 0
 
-    def add(self, metric: str, verdict: str) -> None:
-        self.n[metric] = self.n.get(metric, 0) + 1
-        self.hits[metric] = self.hits.get(metric, 0) + (verdict == REGRESSION)
-        self.inconclusive[metric] = self.inconclusive.get(metric, 0) + (verdict == INCONCLUSIVE)
+    def add(self, hit: bool) -> None:
+        self.n, self.hits = self.n + 1, self.hits + hit
 
-    def lines(self, what: str) -> list[str]:
-        out = []
-        for metric, n in self.n.items():
-            k = self.hits[metric]
-            ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
-            out.append(
-                f"  {what:<14} {metric:<12} {k:>3} / {n:<3} = {k / n:6.1%}  "
-                f"(95% CI {ci.low:.1%} .. {ci.high:.1%}); inconclusive {self.inconclusive[metric]}"
-            )
-        return out
+    def line(self) -> str:
+        if not self.n:
+            return f"  {self.what}: no trials"
+        ci = binomtest(self.hits, self.n).proportion_ci(confidence_level=0.95, method="exact")
+        rate = self.hits / self.n
+        return f"  {self.what}: {self.hits} / {self.n} = {rate:.1%} (95% CI {ci.low:.1%} .. {ci.high:.1%})"
 
 
-def gate_pair(base: list[Doc], cur: list[Doc], bounds: GateBounds, tally: Tally) -> None:
-    result = run_gate(records_from_results(base), records_from_results(cur), bounds)
-    for ch in result.changes:
-        tally.add(ch.metric, ch.verdict)
+def _verdicts(result: GateResult, strategy: str) -> Counter[str]:
+    return Counter(c.verdict for c in result.changes if c.key.strategy == strategy and c.metric == "tokens/s")
 
 
-def earlier_runs(sessions: list[dict[tuple[Any, ...], list[Doc]]], key: tuple[Any, ...], k: int) -> History:
-    """Repeat k of each given session as one earlier run: the history a CI with one run a day keeps."""
-    points = [
-        Point(f"session-{i:02d}", record_from_result(s[key][k], ""))
-        for i, s in enumerate(sessions, start=1)
-        if key in s and len(s[key]) > k
-    ]
-    return History(Path("sessions"), {points[0].record.key: points} if points else {})
-
-
-def session_pairs(n: int, every: bool) -> list[tuple[int, int]]:
-    """Disjoint pairs of consecutive sessions (0-1, 2-3, ...: independent comparisons), or with
-    `every` each session against each later one (more comparisons from few sessions, not independent)."""
-    if every:
-        return [(i, j) for i in range(n) for j in range(i + 1, n)]
-    return [(i, i + 1) for i in range(0, n - 1, 2)]
-
-
-def pairs(
-    sessions: list[dict[tuple[Any, ...], list[Doc]]],
-    bounds: GateBounds,
-    transform: Callable[[Doc], Doc],
-    every: bool = False,
-) -> tuple[Tally, Tally, Tally]:
-    """Tallies over pairs of sessions: all repeats a side; one run a side (block bootstrap); one run
-    a side against the spread of the sessions before the pair (where MIN_SPREAD_RUNS came
-    before it)."""
-    repeats, single, spread = Tally(), Tally(), Tally()
-    for i, j in session_pairs(len(sessions), every):
-        a, b = sessions[i], sessions[j]
-        for key in a.keys() & b.keys():
-            base, cur = a[key], [transform(d) for d in b[key]]
-            gate_pair(base, cur, bounds, repeats)
-            for k, (x, y) in enumerate(zip(base, cur, strict=False)):
-                gate_pair([x], [y], bounds, single)
-                if i >= MIN_SPREAD_RUNS:
-                    hist = earlier_runs(sessions[:i], key, k)
-                    result = run_gate(records_from_results([x]), records_from_results([y]), bounds, hist)
-                    for ch in result.changes:
-                        spread.add(ch.metric, ch.verdict)
-    return repeats, single, spread
-
-
-def history_rates(
-    sessions: list[dict[tuple[Any, ...], list[Doc]]], bounds: GateBounds, drift: float
-) -> Tally:
-    """Each session as the current run against up to bounds.history before it, from the first
-    with enough sessions before it for the change-point test."""
-    tally = Tally()
-    for t in range(min_history(bounds.alpha) + 1, len(sessions) + 1):
-        for key, docs in sessions[t - 1].items():
-            points = []
-            for i, sess in enumerate(sessions[: t - 1], start=1):
-                if key in sess:
-                    recs = [record_from_result(scaled(d, (1 + drift) ** i), "") for d in sess[key]]
-                    points.append(Point(f"session-{i:02d}", merge_repeats(recs)[0]))
-            current = records_from_results([scaled(d, (1 + drift) ** t) for d in docs])
-            hist = History(Path("sessions"), {key: points})
-            for h in run_gate(None, current, bounds, hist).history:
-                tally.add(h.metric, h.verdict)
-    return tally
-
-
-def analyse(root: Path, alpha: float, slowdown: float, drift: float, window: int, every: bool) -> None:
-    sessions = sessions_of(root)
-    counts = sorted({len(v) for s in sessions for v in s.values()})
-    print(f"{root}: {len(sessions)} sessions, runs per configuration per session: {counts}")
-    bounds = GateBounds(alpha=alpha, history=window)
-    print(bounds.describe())
-    print(
-        f"pairs of sessions: {'every session against each later one' if every else 'disjoint, consecutive'}"
+def a_a(a: list[Path]) -> list[str]:
+    gate, cmp_ = (
+        Tally("A/A gate runs failed (any REGRESSION)"),
+        Tally("A/A compare: configurations with a winner"),
     )
-    same = pairs(sessions, bounds, dict, every)
-    slower = pairs(sessions, bounds, lambda d: scaled(d, 1 + slowdown), every)
-    print(f"A/A (false alarms; alpha {alpha:g}):")
-    print("\n".join(same[0].lines(f"{counts[-1]} runs a side") + same[1].lines("1 run a side")))
-    print("\n".join(same[2].lines("1 run, history")))
-    print(f"power against a simulated {slowdown:.0%} slowdown (REGRESSION verdicts):")
-    print("\n".join(slower[0].lines(f"{counts[-1]} runs a side") + slower[1].lines("1 run a side")))
-    print("\n".join(slower[2].lines("1 run, history")))
-    print(f"history over up to {window} earlier sessions, as measured (false alarms):")
-    print("\n".join(history_rates(sessions, bounds, 0.0).lines("history A/A")))
-    print(f"history with a simulated drift of {drift:.0%} a session (flagged):")
-    print("\n".join(history_rates(sessions, bounds, drift).lines("history drift")))
-    print(f"one session against the previous one under that drift (flagged, {drift:.0%} < the bound):")
-    drifting = pairs(sessions, bounds, lambda d: scaled(d, 1 + drift), every)
-    print("\n".join(drifting[0].lines(f"{counts[-1]} runs a side")))
+    verdicts: Counter[str] = Counter()
+    for i in range(0, len(a) - 1, 2):
+        base, cur = records([a[i]]), records([a[i + 1]])
+        result = run_gate(base, cur, GateBounds())
+        gate.add(result.exit_code == 1)
+        verdicts.update(c.verdict for c in result.changes if c.metric == "tokens/s")
+        comparison = compare([Input("A", base), Input("B", cur)])
+        for v in comparison.verdicts().values():
+            if v.speed is not None:
+                cmp_.add(not v.speed.is_tie)
+    return [gate.line(), f"    tokens/s verdicts: {dict(verdicts)}", cmp_.line()]
+
+
+def a_b(a: list[Path], b: list[Path], strategy: str) -> list[str]:
+    one = Tally(f"A/B, 1 session a side: {strategy} tokens/s REGRESSION")
+    recommended: list[int | None] = []
+    verdicts: Counter[str] = Counter()
+    for x, y in zip(a, b, strict=False):
+        result = run_gate(records([x]), records([y]), GateBounds())
+        v = _verdicts(result, strategy)
+        verdicts.update(v)
+        one.add(v[REGRESSION] > 0)
+        recommended += [
+            c.catch for c in result.changes if c.key.strategy == strategy and c.metric == "tokens/s"
+        ]
+    out = [one.line(), f"    verdicts: {dict(verdicts)}"]
+    known = [k for k in recommended if k is not None]
+    if not known:
+        return [
+            *out,
+            "  the gate recommended no count (more than 100 sessions a side, or no spread measured)",
+        ]
+    k = max(set(known), key=known.count)
+    out.append(
+        f"  sessions a side the gate recommends for {strategy}: {sorted(Counter(known).items())} (used: {k})"
+    )
+    groups = min(len(a), len(b)) // k
+    at_k = Tally(f"A/B, {k} sessions a side: {strategy} tokens/s REGRESSION")
+    for g in range(groups):
+        side_a, side_b = a[g * k : (g + 1) * k], b[g * k : (g + 1) * k]
+        at_k.add(
+            _verdicts(run_gate(records(side_a), records(side_b), GateBounds()), strategy)[REGRESSION] > 0
+        )
+    if not groups:
+        return [*out, f"  A/B at {k} sessions a side: not measured ({len(a)} A and {len(b)} B sessions)"]
+    return [*out, at_k.line()]
+
+
+def analyse(root: Path, strategy: str) -> None:
+    a, b = sessions_of(root, "a"), sessions_of(root, "b")
+    print(f"{root}: {len(a)} A sessions, {len(b)} B sessions (slowed: {strategy})")
+    print("\n".join(a_a(a)))
+    if b:
+        print("\n".join(a_b(a, b, strategy)))
 
 
 def main() -> None:
@@ -231,24 +211,27 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    col = sub.add_parser("collect", help="run the suite SESSIONS times into DIR/session-NN")
+    col = sub.add_parser("collect", help="run the suite SESSIONS times into DIR/LABEL-NN")
     col.add_argument("out", type=Path)
-    col.add_argument("--sessions", type=int, default=20)
-    col.add_argument("--repeat", type=int, default=3)
-    col.add_argument("--steps", type=int, default=20)
-    col.add_argument("--seq-lens", default="64,128")
+    col.add_argument("--label", default="a", help="a: identical code; b: with --slow")
+    col.add_argument("--sessions", type=int, default=40)
+    col.add_argument("--strategies", default="ddp,zero2")
+    col.add_argument("--slow", metavar="STRATEGY:PCT", help="slow one strategy by PCT of its A step time")
+    col.add_argument("--reference", type=Path, help="the folder of the A sessions (default: OUT)")
+    col.add_argument("--steps", type=int, default=20, help="measured steps of a CPU session (20)")
+    col.add_argument("--seq-lens", default="64", help="sequence lengths of a CPU session (64)")
+    col.add_argument("--repeat", type=int, default=1, help="runs of each configuration in a session (1)")
+    col.add_argument("pytest_args", nargs="*", help="after --: the pytest arguments (default: a CPU session)")
     ana = sub.add_parser("analyse", help="false alarms and power from the sessions in DIR")
     ana.add_argument("root", type=Path)
-    ana.add_argument("--alpha", type=float, default=0.01)
-    ana.add_argument("--slowdown", type=float, default=0.10)
-    ana.add_argument("--drift", type=float, default=0.03)
-    ana.add_argument("--window", type=int, default=20)
-    ana.add_argument("--every-pair", action="store_true", help="each session against each later one")
+    ana.add_argument("--slowed", default="ddp", help="the strategy the B sessions slowed")
     args = parser.parse_args()
     if args.command == "collect":
-        collect(args.out, args.sessions, args.repeat, args.steps, args.seq_lens)
+        slow = slow_spec(args.slow, args.reference or args.out) if args.slow else None
+        extra = args.pytest_args or cpu_args(args.steps, args.seq_lens, args.repeat)
+        collect(args.out, args.label, args.sessions, args.strategies, slow, extra)
     else:
-        analyse(args.root, args.alpha, args.slowdown, args.drift, args.window, args.every_pair)
+        analyse(args.root, args.slowed)
 
 
 if __name__ == "__main__":

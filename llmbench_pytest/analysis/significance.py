@@ -1,47 +1,36 @@
-"""How sure the gate is: an interval and a p-value for a relative change, a verdict against a
-bound, and a change point in a configuration's history of runs.
+"""How sure the gate is about a change of peak memory, the history's change point, and the
+Estimate every gate line prints: an interval and a p-value for a relative change, a verdict
+against a bound.
 
-Pure functions over plain numbers. numpy (the resampling) and scipy.special (t quantiles and
-tails) are imported where used: the report package imports this module and stays standard library
-at import (tests/test_report.py holds it to that; `llmbench report` and `llmbench compare` load
-them only when they test whether two results are tied on speed, report/ranking.py). The gate
-(report/gate/run.py) decides what to feed these functions; nothing here reads a file.
+Speed is not decided here: analysis/decision.py decides faster, tied or a regression from the
+spread between sessions, and hands the gate an Estimate of its own. What stays here is what a
+number that is the same at every step needs (peak memory: one figure a run, often deterministic),
+and the history's change point.
+
+Pure functions over plain numbers; numpy (the permutations) and scipy.special (t tails) are
+imported where used, so the report package stays standard library at import.
 
 Every comparison is on the log scale: a change is a ratio current / baseline, so its logarithm is
 a difference of means, intervals of ratios stay positive, and tokens/s (tokens per step / step
 time) gets the interval of step time turned over (Estimate.inverse).
 
-What a side has decides the method:
+What a side has decides the method for memory:
 
-- **repeats** (two or more runs on a side): each run's mean is one observation, since run-to-run
-  variation (another process on the host, clocks, allocator state) is larger than the jitter of
-  steps inside a run. Student's t on the log means when both sides have as many runs (with equal
-  counts it stays close to its nominal level when the variances differ, and at 3 runs a side its
-  4 degrees of freedom against Welch's 2 to 4 are the difference between catching a 10%
-  slowdown and not); Welch's t when the counts differ; one run against N repeats: the t
-  interval for one more run from the N (run-to-run spread from the side that measured it).
-- **history spread** (one run a side, and earlier runs of the configuration): the two runs'
-  log difference against the run-to-run spread measured across those earlier runs (robustly:
-  successive differences, so a step or a slow drift in them does not count as spread), a t-test
-  with that spread. Earlier runs from separate sessions hold the noise between sessions, which
-  nothing inside one run or one session can measure.
-- **steps** (one run a side, no history): a circular block bootstrap of each side's mean step time (Politis
-  and Romano 1992), blocks as long as Politis and White's automatic rule picks (2004; corrected
-  by Patton, Politis and White 2009), because consecutive steps are correlated (a slow phase of
-  the host lasts several steps) and an iid bootstrap or a t-test on steps is then far too sure.
-  This measures step-to-step noise only, not run-to-run: the output says so.
-- **exact**: both sides' runs agree to the last byte (peak memory is often deterministic): the
-  difference is the change, with nothing to test (p 0 when they differ, 1 when not).
-- **bound only**: one number a side (peak memory of single runs) or no samples saved: there is
-  no sample to test, the change is compared with the bound and the output says so.
+- **repeats** (two or more runs on a side): each run's peak is one observation; Student's t on the
+  logs with equal counts, Welch's otherwise; one run against N repeats: the t interval for one
+  more run from the N.
+- **history spread** (one run a side, and earlier runs of the configuration): the two peaks' log
+  difference against the spread across those earlier runs (robustly: successive differences, so a
+  step or a slow drift in them does not count as spread).
+- **exact**: both sides' runs agree to the last byte: the difference is the change, with nothing to
+  test (p 0 when they differ, 1 when not).
+- **bound only**: one peak a side: there is no sample to test, the change is compared with the
+  bound and the output says so.
 
 Verdicts (decide): REGRESSION when the change is significant at alpha AND its estimate is past the
 bound (conbench's and Chromium's rule: a real change, and a large one); IMPROVED likewise the
-other way; INCONCLUSIVE when the interval reaches past the bound but that does not hold (too
-noisy to tell, or a significant change whose size might be past the bound); otherwise ok. Under
-no change, P(REGRESSION) <= P(p < alpha) = alpha, whatever the bound. (Asking the whole interval
-to clear the bound as well halves the power at a 10% slowdown with 3 runs a side and 2%
-run-to-run noise, for no fewer false alarms.)
+other way; INCONCLUSIVE when the interval reaches past the bound but that does not hold; otherwise
+ok. Under no change, P(REGRESSION) <= P(p < alpha) = alpha, whatever the bound.
 """
 
 from __future__ import annotations
@@ -60,16 +49,15 @@ if TYPE_CHECKING:
     import numpy as np
 
 OK, IMPROVED, INCONCLUSIVE, REGRESSION = "ok", "improved", "inconclusive", "REGRESSION"
-REPEATS, HISTORY, STEPS, EXACT, BOUND_ONLY = "repeats", "history spread", "steps", "exact", "bound only"
+REPEATS, HISTORY, EXACT, BOUND_ONLY = "repeats", "history spread", "exact", "bound only"
 
 MIN_STEPS = 8
-"""Fewer measured steps than this on a side: no bootstrap (its interval would be a guess)."""
-RESAMPLES = 4000
-"""Bootstrap resamples: the smallest p-value is 2 / 4001 = 0.0005, well under alpha 0.01."""
+"""The step count the README's CPU example measures (tests/test_readme_commands.py imports it);
+no method here needs it any more."""
 PERMUTATIONS = 1999
 """Permutations of the history test: the smallest p-value is 1 / 2000."""
 SEED = 20_240_601
-"""Resampling is seeded: the same input gives the same interval, run after run."""
+"""Permutations are seeded: the same input gives the same p-value, run after run."""
 _EPS = 1e-12
 
 
@@ -88,12 +76,6 @@ class RunSummary:
         sd = statistics.stdev(logs) if len(logs) > 1 else 0.0
         return cls(len(logs), statistics.fmean(logs), sd)
 
-    @classmethod
-    def from_moments(cls, n: int, mean: float, std: float) -> RunSummary:
-        """From a mean and standard deviation of the runs' means (a `repeats` summary without the
-        values): on the log scale the spread is std / mean to first order (the delta method)."""
-        return cls(n, math.log(mean), std / mean)
-
 
 @dataclass(frozen=True)
 class Estimate:
@@ -110,7 +92,7 @@ class Estimate:
     p_value: float | None
     """Two-sided, against no change; None where nothing was tested (bound only)."""
     kind: str
-    """REPEATS, STEPS, EXACT or BOUND_ONLY."""
+    """REPEATS, HISTORY, EXACT or BOUND_ONLY; the speed decision's own kinds (sessions, history, prior)."""
     method: str
     """What was compared, for the reader: 'Student t, 3 vs 3 runs', 'block bootstrap, ...'."""
     confidence: float = 0.95
@@ -138,13 +120,6 @@ class Estimate:
         return replace(self, base=base, cur=cur, ratio=1 / self.ratio, low=1 / self.high, high=1 / self.low)
 
 
-def _t_quantile(q: float, df: float) -> float:
-    # scipy.special's inverse t (what scipy.stats.t.ppf calls), through stats.t_quantile: the
-    # report and `llmbench compare` call this for every tie they test (report/ranking.py), and
-    # importing scipy.stats would add about 0.45 s to each command (2-core VM, 2026-11-27)
-    return t_quantile(q, df)
-
-
 def _t_sf(x: float, df: float) -> float:
     from scipy.special import stdtr  # scipy.stats.t.sf is stdtr(df, -x)
 
@@ -154,7 +129,7 @@ def _t_sf(x: float, df: float) -> float:
 def _t_estimate(
     base: RunSummary, cur: RunSummary, d: float, se: float, df: float, method: str, confidence: float
 ) -> Estimate:
-    q = _t_quantile(0.5 + confidence / 2, df)
+    q = t_quantile(0.5 + confidence / 2, df)
     p = 2 * _t_sf(abs(d) / se, df)
     return Estimate(
         base=math.exp(base.mean_log),
@@ -249,116 +224,6 @@ def bound_only(base: float, cur: float, why: str, confidence: float = 0.95) -> E
     return Estimate(base, cur, ratio, ratio, ratio, None, BOUND_ONLY, f"bound only: {why}", confidence)
 
 
-def block_length_estimate(x: Sequence[float]) -> float:
-    """Politis and White's (2004) estimate of the block length that minimises the mean squared
-    error of the circular block bootstrap's variance of a mean, with Patton, Politis and White's
-    2009 correction; a real number, at most ceil(min(3 sqrt(n), n / 3)). It is, series by series,
-    arch's optimal_block_length(x)['circular']: tests/test_gate_stats.py holds it to that reference.
-
-    R(k) is the autocovariance at lag k (the sum over the n - k pairs, divided by n).
-
-    1. The window M: m is the first lag (m >= 1) from which K = max(5, ceil(sqrt(log10 n))) lags
-       in a row have an autocorrelation inside +-2 sqrt(log10(n) / n), looking at lags up to
-       L = ceil(sqrt(n)) + K (and n - 2); M = min(2 m, L), or L where no such run exists. The
-       autocorrelation here is the lag's sum of products over the root of the sums of squares of
-       x[k+1:] and x[:n-k-1] (arch's convention): close to the correlation of the pairs, where
-       R(k) / R(0) shrinks by (n - k) / n and, with few steps, calls real correlation noise.
-    2. With the flat-top window w(t) = min(1, 2 (1 - |t|)), over k = -M .. M: G = sum |k| w(k/M) R(k)
-       and the long-run variance sigma^2 = sum w(k/M) R(k); the estimate is (2 G^2 / D)^(1/3) n^(1/3)
-       with D = 4/3 sigma^4 (the corrected constant of the circular bootstrap). A flat-top window's
-       sigma^2 can come out 0 or below: it is squared all the same (at exactly 0, the cap).
-    """
-    import numpy as np
-
-    v = np.asarray(x, dtype=float)
-    n = len(v)
-    if n < 4:
-        return 1.0
-    c = v - v.mean()
-    if not np.any(c):
-        return 1.0
-    cap = math.ceil(min(3 * math.sqrt(n), n / 3))
-    k_run = max(5, math.ceil(math.sqrt(math.log10(n))))
-    most = min(math.ceil(math.sqrt(n)) + k_run, n - 2)  # both sides of a lag keep a step
-    lags = np.arange(most + 1)
-    products = np.array([float(c[: n - k] @ c[k:]) for k in lags])
-    squares = np.cumsum(c * c)  # squares[i]: sum of c[:i + 1]**2
-    head = squares[n - lags - 2]  # sum of c[: n - k - 1]**2
-    tail = squares[-1] - squares[lags]  # sum of c[k + 1 :]**2
-    scale = np.sqrt(head * tail)
-    corr = np.divide(np.abs(products), scale, out=np.zeros(most + 1), where=scale > 0)
-    inside = corr < 2 * math.sqrt(math.log10(n) / n)
-    first = next((m for m in range(1, most - k_run + 2) if inside[m : m + k_run].all()), None)
-    window = most if first is None else min(2 * first, most)
-    k = np.arange(1, window + 1)
-    w = np.minimum(1.0, 2 * (1 - k / window))
-    acov = products[1 : window + 1] / n
-    sigma2 = products[0] / n + 2 * float(w @ acov)
-    g = 2 * float(w @ (k * acov))
-    if sigma2 == 0:
-        return float(cap)
-    return min((2 * g**2 / (4 / 3 * sigma2**2)) ** (1 / 3) * n ** (1 / 3), cap)
-
-
-def block_length(x: Sequence[float]) -> int:
-    """The block length of x's circular block bootstrap: block_length_estimate to the nearest whole
-    step (halves up), at least 1 (below 1.5, the iid bootstrap)."""
-    return max(1, math.floor(block_length_estimate(x) + 0.5))
-
-
-def bootstrap_means(x: Sequence[float], block: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """Means of circular block bootstrap resamples of x: round(n / block) blocks drawn with
-    replacement from the n blocks that start at each step (wrapping around the end)."""
-    import numpy as np
-
-    v = np.asarray(x, dtype=float)
-    n = len(v)
-    block = max(1, min(block, n))
-    k = max(1, round(n / block))
-    wrapped = np.concatenate([v, v[: block - 1]])
-    sums = np.convolve(wrapped, np.ones(block), mode="valid")[:n]  # sum of the block starting at i
-    starts = rng.integers(0, n, size=(resamples, k))
-    return sums[starts].sum(axis=1) / (k * block)
-
-
-def compare_steps(
-    base: Sequence[float],
-    cur: Sequence[float],
-    confidence: float = 0.95,
-    resamples: int = RESAMPLES,
-    block: int | None = None,
-) -> Estimate:
-    """One run a side: the change of the mean step time from each run's per-step times, by a
-    circular block bootstrap (block=None: each side's automatic length; block=1: iid)."""
-    import numpy as np
-
-    rng = np.random.default_rng(SEED)
-    lb = block or block_length(base)
-    lc = block or block_length(cur)
-    mb, mc = float(np.mean(base)), float(np.mean(cur))
-    boot_b = bootstrap_means(base, lb, resamples, rng)
-    boot_c = bootstrap_means(cur, lc, resamples, rng)
-    d = np.log(boot_c) - np.log(boot_b)
-    tail = (1 - confidence) / 2
-    lo, hi = np.quantile(d, [tail, 1 - tail])
-    # percentile p-value: consistent with the interval (0 outside the 95% interval <=> p < 0.05)
-    below, above = int((d <= 0).sum()), int((d >= 0).sum())
-    p = min(1.0, 2 * (min(below, above) + 1) / (resamples + 1))
-    blocks = f"block {lb}" if lb == lc else f"blocks {lb}/{lc}"
-    return Estimate(
-        base=mb,
-        cur=mc,
-        ratio=mc / mb,
-        low=math.exp(lo),
-        high=math.exp(hi),
-        p_value=p,
-        kind=STEPS,
-        method=f"block bootstrap, {len(base)} vs {len(cur)} steps, {blocks}",
-        confidence=confidence,
-        run_sd=(float(np.std(np.log(boot_b))), float(np.std(np.log(boot_c)))),
-    )
-
-
 def _worse(est: Estimate, higher_is_worse: bool) -> tuple[float, float, float]:
     """The change and its interval, turned so that a positive number is worse."""
     lo, hi = est.interval
@@ -388,7 +253,7 @@ def repeats_to_settle(
     """How many runs a side would turn an inconclusive change into a verdict, if the change and
     the per-run spread stayed as measured (Student t with n runs a side); None when no count up to
     `most` does, or nothing measured a spread."""
-    if est.run_sd is None or est.kind not in (REPEATS, HISTORY, STEPS):
+    if est.run_sd is None or est.kind not in (REPEATS, HISTORY):
         return None
     var = est.run_sd[0] ** 2 + est.run_sd[1] ** 2
     if var <= 0:

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 from .collect import ReportError
 from .gate import GateBounds, GateResult, gate_session, parse_bound, run_gate
-from .records import RecordSet, load_records, records_from_results, resolve_saved_run
+from .records import RecordSet, records_from_results
+from .saved_runs import resolve_saved_run
+from .sources import load_records
 from .summary.build import Report, ReportFiles, summary_text, write_report
 
 __all__ = [

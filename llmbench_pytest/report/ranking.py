@@ -1,51 +1,25 @@
-"""Ties on speed: when two results' difference in throughput is inside the measurement's noise.
+"""Speed rankings: which results the measurements tell apart, in the words the report and
+`llmbench compare` print.
 
-The one place that decides whether llmbench may call one result faster than another. The
-recommendation (recommend.py), its patterns, the console's "fastest that fits" line (table.py via
-the recommendation) and `llmbench compare` (compare.py) all ask this module, so none of them names
-a winner that a rerun could reverse.
+The report's recommendation, its patterns, the console's "fastest that fits" line (summary/table.py,
+through the recommendation) and `llmbench compare` (compare/comparison.py) rank results with this
+module, and this module asks the one speed decision (evidence.speed, analysis/decision.py) for
+every pair: b is faster or slower than a only where that decision says so, from the spread between
+sessions. Where the decision cannot tell them apart, or nothing measured that spread, the two are
+tied, and the words say how many sessions a side would tell them apart. Nothing here tests
+anything itself.
 
-The rule, for results a and b of the same work per step (one scenario, or one configuration on two
-machines or sessions):
-
-    tied  <=>  the 95% interval of tokens/s(b) / tokens/s(a) includes 1
-
-The interval is the regression gate's own (gate.time_estimate, analysis/significance.py), on the
-ratio of the mean step times turned over (tokens per step are the same on both sides):
-
-- runs as the unit where a side has 2+ runs (--llmbench-repeat, or a folder of repeats): Student's
-  or Welch's t on the log of each run's mean: the run-to-run spread;
-- one run a side with 8+ step times: the circular block bootstrap of each run's mean step time;
-- fewer step times (a short fixed window): each run's recorded 95% interval of its mean step time
-  (analysis/stats.mean_interval, result.json's `step_time_mean_interval` and
-  `timing.measurement.precision`), recomputed from its step times, combined in quadrature on the
-  log scale: |log(b / a)| <= sqrt(h_a^2 + h_b^2), the interval of a difference of two independent
-  estimates (two intervals merely overlapping is a looser test that calls more real differences
-  ties);
-- neither step times nor repeats (a pytest-benchmark file saved without --benchmark-save-data):
-  not tested; the difference is named with a word that it could not be tested.
-
-For the t-tests this is the gate's p-value of 0.05 or more (the bootstrap's percentile p-value
-agrees up to its resampling). The gate fails a build only at p < 0.01 and past a bound, a stricter
-question; this one is only "can the measurements tell the two apart at all". One run a side
-measures step-to-step noise, not run-to-run noise, so a difference found that way carries the
-gate's caveat (`Gap.within_run`).
-
-Standard library at import: numpy and scipy load inside the gate's functions when a comparison
-runs.
+Standard library at import: scipy loads inside the decision when a comparison runs.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from ..analysis.significance import STEPS, RunSummary
-from ..analysis.stats import mean_interval, t_quantile
+from ..analysis.decision import FASTER, SLOWER, Decision
 from . import fmt
-from .estimates import CONFIDENCE, time_estimate
+from .evidence import CONFIDENCE, own_spread, speed
 from .records import Record, merge_repeats, record_from_result
 
 if TYPE_CHECKING:
@@ -55,24 +29,32 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-WITHIN_RUN = "from each run's own steps, so run-to-run noise is not in it: --llmbench-repeat=3 measures it"
-"""Said where a named difference comes from one run a side: the gate measured 30% false alarms
-that way on a shared CPU (docs/reports.md), none on a GPU-bound workload."""
-
 
 @dataclass(frozen=True)
 class Gap:
-    """Throughput of b against a: the ratio b / a, its 95% interval, and how it was computed."""
+    """Throughput of b against a: the ratio b / a, its 95% interval, and the decision's words."""
 
     ratio: float
     low: float | None
-    """Lower end of the 95% interval of the ratio; None where nothing could be tested."""
+    """Lower end of the 95% interval of the ratio; None where nothing measured the spread."""
     high: float | None
     method: str
-    """What was compared: the gate's method ('block bootstrap, 40 vs 40 steps, block 3', 'Student
-    t, 3 vs 3 runs'), 'each run's 95% interval ...', or why it was not tested."""
-    within_run: bool = False
-    """The interval holds step-to-step noise only (one run a side)."""
+    """What was compared: 't on session means, 1 vs 1 session(s), spread between sessions 1.6%
+    (prior: ...)', or why it was not tested."""
+    apart: bool = False
+    """The decision tells them apart (faster or slower), not tied and not untested."""
+    settle: int | None = None
+    """Sessions a side that would tell them apart if the difference and the spread stayed."""
+    source: str = ""
+    """Where the spread between sessions came from (the prior's data, a history, the sessions)."""
+
+    @classmethod
+    def of(cls, decision: Decision) -> Gap:
+        """Throughput b / a from the decision on step time b / a (turned over)."""
+        d = decision
+        low = 1 / d.high if d.high is not None else None
+        high = 1 / d.low if d.low is not None else None
+        return cls(1 / d.ratio, low, high, d.method, d.verdict in (FASTER, SLOWER), d.settle, d.source)
 
     @property
     def tested(self) -> bool:
@@ -80,74 +62,66 @@ class Gap:
 
     @property
     def tied(self) -> bool:
-        """The rule of this module: the interval includes no difference."""
-        return self.low is not None and self.high is not None and self.low <= 1 <= self.high
+        """The decision cannot tell them apart (or nothing measured the spread to tell with)."""
+        return not self.apart
 
     def times(self, k: float) -> Gap:
         """The same comparison of a quantity k x this ratio (a cost per token at another price is
-        price ratio / speed ratio: `inverse().times(price_b / price_a)`)."""
+        price ratio / speed ratio: `inverse().times(price_b / price_a)`). Tied costs: the interval
+        scaled includes 1."""
         if self.low is None or self.high is None:
-            return Gap(self.ratio * k, None, None, self.method, self.within_run)
-        return Gap(self.ratio * k, self.low * k, self.high * k, self.method, self.within_run)
+            return Gap(self.ratio * k, None, None, self.method)
+        low, high = self.low * k, self.high * k
+        return Gap(self.ratio * k, low, high, self.method, not low <= 1 <= high)
 
     def inverse(self) -> Gap:
         """a against b."""
         if self.low is None or self.high is None:
-            return Gap(1 / self.ratio, None, None, self.method, self.within_run)
-        return Gap(1 / self.ratio, 1 / self.high, 1 / self.low, self.method, self.within_run)
+            return Gap(1 / self.ratio, None, None, self.method, self.apart, self.settle, self.source)
+        return Gap(
+            1 / self.ratio, 1 / self.high, 1 / self.low, self.method, self.apart, self.settle, self.source
+        )
 
     def change(self) -> str:
         """'-3.8% (95% interval -6.4% .. -1.3%)', or '-3.8% (not tested: ...)'."""
         head = fmt.signed_pct(self.ratio - 1)
         if self.low is None or self.high is None:
-            return f"{head} ({self.method})"
+            return f"{head} (not tested)"
         return f"{head} (95% interval {fmt.signed_pct(self.low - 1)} .. {fmt.signed_pct(self.high - 1)})"
 
     def ratio_interval(self) -> str:
         """'0.51x .. 1.05x' ('' where not tested)."""
         return f"{fmt.ratio(self.low)} .. {fmt.ratio(self.high)}" if self.tested else ""
 
+    def settle_words(self) -> str:
+        """'5 sessions a side would tell them apart', for a tie."""
+        if self.apart:
+            return ""
+        if self.settle is not None:
+            return f"{self.settle} sessions a side would tell them apart if the difference held"
+        if not self.tested:
+            return "two or more sessions a side would measure the spread between sessions"
+        return "no number of sessions up to 100 a side tells them apart at this difference"
+
 
 def own_interval(rec: Record) -> float | None:
-    """How well one result's mean step time is known: the relative half-width of its 95% interval.
-    Repeats: the t interval of the mean of the runs' means (their run-to-run spread); one run: the
-    interval of its mean step time that result.json records (mean_interval over its step times).
-    None where neither was kept."""
-    runs = _runs(rec)
-    if runs is not None:
-        return t_quantile(0.5 + CONFIDENCE / 2, runs.n - 1) * runs.sd_log / math.sqrt(runs.n)
-    interval = mean_interval(list(rec.step_samples)) if len(rec.step_samples) > 1 else None
-    return interval.relative if interval is not None else None
+    """How far one session of this result may stray from its configuration's level: the relative
+    half-width of the 95% interval of one session's mean, from the spread between sessions the
+    decision uses (never below the session's own noise). None where nothing measured that spread."""
+    spread = own_spread(rec)
+    if spread is None:
+        return None
+    from ..analysis.stats import t_quantile
 
-
-def _runs(rec: Record) -> RunSummary | None:
-    if len(rec.run_step_times) > 1:
-        return RunSummary.of(rec.run_step_times)
-    if rec.repeats > 1 and rec.repeat_step_time_cv is not None:
-        mean = rec.repeat_step_time_mean or rec.step_time or 1.0
-        return RunSummary.from_moments(rec.repeats, mean, rec.repeat_step_time_cv * mean)
-    return None
+    return t_quantile(0.5 + CONFIDENCE / 2, spread.df) * max(spread.sd, rec.mean_sd)
 
 
 def speed_gap(a: Record, b: Record) -> Gap:
-    """Throughput of b against a (same tokens per step), and whether the difference is real: the
-    gate's estimate of the step-time ratio b / a, turned over; see the module docstring."""
+    """Throughput of b against a (same tokens per step): the decision on their step times."""
     if not (a.step_time and b.step_time):  # a result with tokens/s alone: nothing to test
         ratio = (b.tokens_per_sec or 0) / (a.tokens_per_sec or 1)
         return Gap(ratio, None, None, "not tested: no mean step time was recorded")
-    est = time_estimate(a, b)  # step time b / a, with the gate's interval
-    if est.tested:
-        return Gap(1 / est.ratio, 1 / est.high, 1 / est.low, est.method, within_run=est.kind == STEPS)
-    ratio = a.step_time / b.step_time
-    ha, hb = own_interval(a), own_interval(b)
-    if ha is None or hb is None:
-        why = "not tested: no step times or repeats were kept to measure the noise"
-        return Gap(ratio, None, None, why)
-    # the two means' intervals on the log scale (relative half-widths), as independent estimates
-    half = math.hypot(ha, hb)
-    method = f"each run's 95% interval of its mean step time (+-{fmt.pct(ha)}, +-{fmt.pct(hb)}), combined"
-    # the gate tests any side with repeats by its runs, so this is one run a side: within-run noise
-    return Gap(ratio, ratio * math.exp(-half), ratio * math.exp(half), method, within_run=True)
+    return Gap.of(speed(a, b))
 
 
 def record_of(config: Config) -> Record:
@@ -186,8 +160,8 @@ class Ranking(Generic[T]):
 
     def tie_phrase(self, name: Callable[[T], str]) -> str:
         """'a, b and c are tied on speed (within their +-8.0%, +-8.6% and +-7.9% intervals)', for
-        the items tied for the fastest (callers that must not import this module, table.py, get
-        the words from the ranking they are handed)."""
+        the items tied for the fastest (summary/table.py gets the words from the ranking it is
+        handed)."""
         return tied_phrase([name(x) for x in self.tied], [self.interval(x) for x in self.tied])
 
     def interval(self, item: T) -> float | None:
@@ -234,21 +208,28 @@ class Speeds(Generic[T]):
     def ranking(self, items: Sequence[T] | None = None) -> Ranking[T]:
         """The items (default: all) by tokens/s, each against the fastest."""
         order = sorted(items or self._items, key=lambda x: -(self.record(x).tokens_per_sec or 0))
-        itself = Gap(1.0, 1.0, 1.0, "the fastest itself")
+        itself = Gap(1.0, 1.0, 1.0, "the fastest itself", apart=True)
         gaps = [itself, *(self.gap(order[0], x) for x in order[1:])]
         return Ranking(order, gaps, self.interval)
 
 
 def methods(gaps: Iterable[Gap]) -> str:
-    """The methods behind some gaps, each once: 'block bootstrap, 24 vs 24 steps' (the block
-    lengths, which differ from series to series, are left to each gap's own `method`)."""
-    return "; ".join(dict.fromkeys(re.sub(r", blocks? [\d/]+$", "", g.method) for g in gaps))
+    """The methods behind some gaps, each once."""
+    return "; ".join(dict.fromkeys(g.method for g in gaps))
+
+
+def sources(gaps: Iterable[Gap]) -> list[str]:
+    """Where the spreads behind some gaps came from, each once."""
+    return list(dict.fromkeys(g.source for g in gaps if g.source))
 
 
 def tied_phrase(names: Sequence[str], intervals: Sequence[float | None]) -> str:
-    """'a, b and c are tied on speed (within their +-8.0%, +-8.6% and +-7.9% intervals)'."""
+    """'a, b and c are tied on speed (within their +-8.0%, +-8.6% and +-7.9% intervals between
+    sessions)'; 'not told apart' where nothing measured the spread between sessions."""
+    if all(h is None for h in intervals):
+        return f"{and_list(names)} are not told apart on speed (nothing measured the spread between sessions)"
     widths = [f"+-{fmt.pct(h)}" if h is not None else "unmeasured" for h in intervals]
-    return f"{and_list(names)} are tied on speed (within their {and_list(widths)} intervals)"
+    return f"{and_list(names)} are tied on speed (within their {and_list(widths)} intervals between sessions)"
 
 
 def and_list(items: Sequence[str]) -> str:

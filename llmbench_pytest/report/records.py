@@ -1,12 +1,7 @@
-"""Plain per-configuration records for `compare` and `gate`, from either kind of saved run.
+"""Plain per-configuration records for `compare`, `gate` and the speed rankings.
 
-Standard library only. A record set comes from
-
-- a results folder (every result.json under it) or one result.json, or
-- a pytest-benchmark saved run (`--benchmark-autosave` / `--benchmark-json`): its
-  `benchmarks[*].extra_info` holds llmbench's numbers, `benchmarks[*].stats` the measured step
-  times in seconds, `machine_info.llmbench` the GPU. A folder of those (`.benchmarks/`) means
-  its newest saved run, as `--benchmark-compare` does.
+Standard library only. A record comes from a result.json (here) or a pytest-benchmark saved run
+(saved_runs.py); inputs.py reads a path as a set of them.
 
 Repeated runs of one configuration (`-r2`, `-r3`, ...) merge into one record that keeps each
 run's mean step time and peak: the gate tests with runs as the unit. A single run keeps its
@@ -17,16 +12,19 @@ bootstrap.
 
 from __future__ import annotations
 
-import json
-import re
+import math
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..analysis.stats import mean_of, relative_spread
-from .collect import ReportError, commits_of, find_result_files, judged, load_results
-from .configs import one_session_each, sessions_read
+from ..analysis.stats import mean_interval, mean_of, relative_spread
+from ..results.storage import is_session_folder
+from .collect import commits_of
+
+Z95 = 1.959964
+"""A 95% interval's half-width in standard deviations (normal): turns a recorded interval into one."""
 
 
 class RecordKey(NamedTuple):
@@ -98,6 +96,20 @@ class Record:
     """Each finished run's peak memory, where two or more were merged and all measured one."""
     step_samples: tuple[float, ...] = ()
     """The measured per-step times of a single run (seconds), where the source kept them."""
+    session: str = ""
+    """The pytest session that measured it (its id), '' where the source does not say; for a record
+    merged from several sessions, the newest."""
+    session_step_times: tuple[float, ...] = ()
+    """Each session's mean step time (its runs' geometric mean), where two or more sessions were
+    merged: the speed decision's unit (analysis/decision.py)."""
+    session_ids: tuple[str, ...] = ()
+    """Every session the record holds runs of."""
+    mean_sd: float = 0.0
+    """How well one session's mean step time is known from inside it: the standard deviation of its
+    log (from the run's steps' 95% interval, or from its repeats); a floor for the spread between
+    sessions."""
+    host: str = ""
+    """The host name the run recorded ('' where none)."""
 
     @property
     def ok(self) -> bool:
@@ -182,7 +194,7 @@ def key_of(d: Mapping[str, Any]) -> RecordKey:
     )
 
 
-def _repeat_fields(summary: Any) -> dict[str, Any]:
+def repeat_fields(summary: Any) -> dict[str, Any]:
     """Repeats measured inside one run (--llmbench-repeat writes a `repeats` summary: each repeat's
     mean step time, their mean and std): the run-to-run spread without the other files."""
     if not isinstance(summary, Mapping) or (summary.get("count") or 1) < 2:
@@ -193,7 +205,7 @@ def _repeat_fields(summary: Any) -> dict[str, Any]:
     runs = summary.get("mean_step_time_sec")
     per_run = tuple(float(x) for x in runs) if isinstance(runs, list) and len(runs) > 1 else ()
     # each repeat's peak (GPU allocated, or host RSS on CPU), where the summary keeps them
-    peaks = _samples(summary.get("peak_memory_gb"))
+    peaks = samples_of(summary.get("peak_memory_gb"))
     return {
         "repeats": int(summary["count"]),
         "repeat_step_time_cv": std / mean,
@@ -203,20 +215,50 @@ def _repeat_fields(summary: Any) -> dict[str, Any]:
     }
 
 
-def _samples(times: Any) -> tuple[float, ...]:
+def samples_of(times: Any) -> tuple[float, ...]:
     """Per-step times as saved, or () where there are none (or not all of them are numbers)."""
     if not isinstance(times, list) or not all(isinstance(t, int | float) and t > 0 for t in times):
         return ()
     return tuple(float(t) for t in times)
 
 
+def session_of(d: Mapping[str, Any], source: str) -> str:
+    """The session id a run names: its metadata's, else its session folder's (results/<date>-<time>-<id>/)."""
+    sid = (d.get("metadata") or {}).get("session")
+    if sid:
+        return str(sid)
+    for part in reversed(Path(source).parts[:-1]):
+        if is_session_folder(part):
+            return part.rsplit("-", 1)[-1]
+    return ""
+
+
+def mean_sd_of(d: Mapping[str, Any], samples: tuple[float, ...]) -> float:
+    """The standard deviation of the run's log mean step time from inside its session: its recorded
+    95% interval (result.json's step_time_mean_interval), else one computed from its step times;
+    where a `repeats` summary gives the spread of the session's repeats, the larger."""
+    interval = d.get("step_time_mean_interval")
+    relative = interval.get("relative") if isinstance(interval, Mapping) else None
+    if relative is None and len(samples) > 1:
+        computed = mean_interval(list(samples))
+        relative = computed.relative if computed is not None else None
+    own = float(relative) / Z95 if relative else 0.0
+    rep = repeat_fields(d.get("repeats"))
+    if rep.get("repeat_step_time_cv"):
+        own = max(own, rep["repeat_step_time_cv"] / math.sqrt(rep["repeats"]))
+    return own
+
+
 def record_from_result(d: Mapping[str, Any], source: str) -> Record:
     """A record from a result.json document (or the dict the fixture returns)."""
-    device = str(d.get("device") or (d.get("metadata") or {}).get("device") or "")
+    meta = d.get("metadata") or {}
+    device = str(d.get("device") or meta.get("device") or "")
     if not device:
         device = "cuda" if d.get("peak_vram_gb") is not None else "unknown"
     on_cpu = device == "cpu"
     ok = d.get("status", "ok") == "ok"
+    samples = samples_of(d.get("step_times_sec")) if ok else ()
+    session = session_of(d, source)
     return Record(
         key=key_of(d),
         status=str(d.get("status") or "ok"),
@@ -227,15 +269,38 @@ def record_from_result(d: Mapping[str, Any], source: str) -> Record:
         peak_memory_gb=d.get("peak_host_rss_gb") if on_cpu else d.get("peak_vram_gb"),
         memory_kind="host RSS" if on_cpu else "GPU allocated",
         device=device,
-        gpu_name=d.get("gpu_name") or (d.get("metadata") or {}).get("gpu_name"),
+        gpu_name=d.get("gpu_name") or meta.get("gpu_name"),
         source=source,
-        step_samples=_samples(d.get("step_times_sec")) if ok else (),
-        **_repeat_fields(d.get("repeats")),
+        step_samples=samples,
+        session=session,
+        session_ids=(session,),
+        mean_sd=mean_sd_of(d, samples) if ok else 0.0,
+        host=str(meta.get("host") or ""),
+        **repeat_fields(d.get("repeats")),
     )
 
 
+def _sessions(ok: list[Record]) -> tuple[tuple[float, ...], float]:
+    """Each session's mean step time (geometric, over its runs), in the order the sessions came,
+    and the largest standard deviation of a session's log mean from inside it (its runs' own
+    intervals, or the spread of its repeats)."""
+    by: dict[str, list[Record]] = {}
+    for r in ok:
+        if r.step_time:
+            by.setdefault(r.session, []).append(r)
+    means, floors = [], [0.0]
+    for runs in by.values():
+        logs = [math.log(r.step_time or 1.0) for r in runs]
+        means.append(math.exp(statistics.fmean(logs)))
+        own = math.sqrt(statistics.fmean(r.mean_sd**2 for r in runs) / len(runs))
+        between = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
+        floors.append(max(own, between))
+    return tuple(means), max(floors)
+
+
 def merge_repeats(records: Iterable[Record]) -> list[Record]:
-    """One record per configuration and hardware; repeats give means and their spread."""
+    """One record per configuration and hardware; repeats give means and their spread, and runs
+    of several sessions each session's mean (the speed decision's unit)."""
     groups: dict[tuple[RecordKey, str], list[Record]] = {}
     for r in records:
         groups.setdefault((r.key, r.hardware), []).append(r)
@@ -254,6 +319,7 @@ def merge_repeats(records: Iterable[Record]) -> list[Record]:
         mems = [r.peak_memory_gb for r in ok if r.peak_memory_gb is not None]
         steps = [r.step_time for r in ok if r.step_time is not None]
         first = ok[0]
+        per_session, floor = _sessions(ok)
         out.append(
             Record(
                 key=first.key,
@@ -273,6 +339,11 @@ def merge_repeats(records: Iterable[Record]) -> list[Record]:
                 run_step_times=tuple(steps) if len(steps) > 1 else (),
                 # a peak missing from one run would pair the others' peaks with the wrong runs' times
                 run_peaks=tuple(mems) if len(mems) == len(ok) > 1 else (),
+                session=ok[-1].session,
+                session_step_times=per_session if len(per_session) > 1 else (),
+                session_ids=tuple(dict.fromkeys(r.session for r in ok)),
+                mean_sd=floor,
+                host=first.host,
             )
         )
     return out
@@ -285,165 +356,3 @@ def records_from_results(
     results = list(results)
     records = [record_from_result(d, str(d.get("result_json") or source)) for d in results]
     return RecordSet(Path(source), "results", merge_repeats(records), commits=commits_of(results))
-
-
-def _from_results_dir(path: Path) -> RecordSet:
-    collection = load_results(path)
-    runs, notes = one_session_each(collection.runs)
-    records = [record_from_result(run.data, str(run.path)) for run in runs]
-    sessions = sessions_read(runs)
-    return RecordSet(
-        path,
-        "results",
-        merge_repeats(records),
-        [*collection.problems, *notes],
-        note=f"read {sessions}" if sessions else None,
-        commits=collection.commits,
-    )
-
-
-def _benchmark_record(b: Mapping[str, Any], llm: Mapping[str, Any], source: str) -> Record:
-    ei = b.get("extra_info") or {}
-    stats = b.get("stats") or {}
-    device = str(ei.get("device") or llm.get("device") or "unknown")
-    on_cpu = device == "cpu"
-    mean = stats.get("mean") or ei.get("mean_step_time_sec")
-    return Record(
-        key=key_of({**(b.get("params") or {}), **ei}),
-        status=str(ei.get("status") or "ok"),
-        tokens_per_sec=ei.get("tokens_per_sec"),
-        samples_per_sec=ei.get("samples_per_sec"),
-        step_time=mean,
-        step_time_std=stats.get("stddev"),
-        peak_memory_gb=ei.get("peak_host_rss_gb") if on_cpu else ei.get("peak_vram_gb"),
-        memory_kind="host RSS" if on_cpu else "GPU allocated",
-        device=device,
-        gpu_name=llm.get("gpu_name"),
-        source=f"{source}::{b.get('name')}",
-        # stats.data with --benchmark-save-data; with repeats it holds every repeat's steps
-        step_samples=_samples(stats.get("data")) or _samples(ei.get("step_times_sec")),
-        **_repeat_fields(ei.get("repeats")),
-    )
-
-
-def _from_benchmark_json(path: Path, data: Mapping[str, Any], note: str | None = None) -> RecordSet:
-    llm = (data.get("machine_info") or {}).get("llmbench") or {}
-    out = RecordSet(path, "pytest-benchmark", note=note)
-    records = []
-    for b in data.get("benchmarks") or []:
-        if not isinstance(b, Mapping) or not (b.get("extra_info") or {}).get("strategy"):
-            out.problems.append(
-                f"{path}: benchmark {b.get('name') if isinstance(b, Mapping) else b!r} "
-                "has no llmbench extra_info; left out"
-            )
-            continue
-        records.append(_benchmark_record(b, llm, str(path)))
-    if not records:
-        raise ReportError(
-            f"{path}: a pytest-benchmark file with no llmbench benchmark in it "
-            f"({len(data.get('benchmarks') or [])} entries). Save one with "
-            "`pytest benchmarks/ --benchmark-autosave` (or --benchmark-json=FILE)."
-        )
-    out.records = merge_repeats(records)
-    return out
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise ReportError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise ReportError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-
-
-_COUNTER = re.compile(r"^(\d+)_")  # pytest-benchmark names saved runs NNNN_<name>.json
-
-
-def _counter(p: Path) -> int:
-    m = _COUNTER.match(p.name)
-    return int(m.group(1)) if m else -1
-
-
-def saved_runs(folder: Path) -> list[Path]:
-    """Every pytest-benchmark saved run under folder, oldest first (by counter, then mtime)."""
-    files = [p for p in folder.rglob("*.json") if _COUNTER.match(p.name)]
-    return sorted(files, key=lambda p: (_counter(p), p.stat().st_mtime, str(p)))
-
-
-def records_from_saved_run(path: Path) -> RecordSet:
-    """The records of one pytest-benchmark saved run (.json); ReportError when it has none."""
-    return _from_benchmark_json(path, _read_json(path))
-
-
-def newest_saved_run(folder: Path) -> tuple[Path, int] | None:
-    """The newest pytest-benchmark saved run under folder (storage layout: <machine>/NNNN_*.json)."""
-    files = [p for p in folder.rglob("*.json") if _COUNTER.match(p.name)]
-    if not files:
-        return None
-
-    # the counter orders saved runs even where a git checkout gave every file the same mtime
-    return max(files, key=lambda p: (_counter(p), p.stat().st_mtime, str(p))), len(files)
-
-
-def resolve_saved_run(ref: str, storage: Path | str = ".benchmarks") -> Path:
-    """A pytest-benchmark saved run named as `--benchmark-compare` names one: a path, a counter
-    ('0001' or '1'), a name fragment, or 'latest'/'' (the newest in storage). Raises ReportError
-    listing what storage holds when nothing or more than one file matches."""
-    path = Path(ref)
-    if ref and path.exists():
-        return path
-    root = Path(storage)
-    if not root.is_dir():
-        raise ReportError(
-            f"no pytest-benchmark storage at {root} to find saved run {ref!r} in. Save a baseline with "
-            "--benchmark-autosave, or pass the path of a saved run."
-        )
-    if ref in ("", "latest"):
-        newest = newest_saved_run(root)
-        if newest is None:
-            raise ReportError(f"{root} holds no saved run (NNNN_*.json); save one with --benchmark-autosave")
-        return newest[0]
-    files = sorted(p for p in root.rglob("*.json") if _COUNTER.match(p.name))
-    if ref.isdigit():
-        hits = [p for p in files if _counter(p) == int(ref)]
-    else:
-        hits = [p for p in files if ref in p.name]
-    if len(hits) == 1:
-        return hits[0]
-    names = ", ".join(p.name for p in files[-6:]) or "none"
-    what = "no saved run" if not hits else f"{len(hits)} saved runs"
-    raise ReportError(
-        f"{what} in {root} match {ref!r} (newest there: {names}); name one by its counter or file name"
-    )
-
-
-def load_records(path: Path | str) -> RecordSet:
-    """Records from a results folder, a result.json, a pytest-benchmark JSON file, or a
-    pytest-benchmark storage folder (its newest saved run). Raises ReportError naming the fix."""
-    p = Path(path)
-    if not p.exists():
-        raise ReportError(
-            f"{p} does not exist. Pass a results folder, a result.json, or a pytest-benchmark "
-            "saved run (.benchmarks/.../0001_*.json or the .benchmarks folder)."
-        )
-    if p.is_dir():
-        if find_result_files(p):
-            return _from_results_dir(p)
-        newest = newest_saved_run(p)
-        if newest is None:
-            raise ReportError(
-                f"{p} holds neither result.json files nor pytest-benchmark saved runs (NNNN_*.json). "
-                "Run the benchmarks with --llmbench-results-dir or --benchmark-autosave first."
-            )
-        file, count = newest
-        data = _read_json(file)
-        return _from_benchmark_json(file, data, note=f"newest of {count} saved run(s) under {p}")
-    data = _read_json(p)
-    if isinstance(data, dict) and "benchmarks" in data:
-        return _from_benchmark_json(p, data)
-    if isinstance(data, dict) and "strategy" in data:
-        return RecordSet(p, "results", [record_from_result(judged(p, data), str(p))])
-    raise ReportError(
-        f"{p}: neither an llmbench result.json (no 'strategy') nor a pytest-benchmark file (no 'benchmarks')"
-    )

@@ -9,8 +9,9 @@ samples (the LoRA fine-tuning guide's):
     $ per 1M tokens        = $ per second / tokens per second x 1,000,000
     $ per 1K samples       = $ per second / samples per second x 1,000
 
-No input is called faster or cheaper from noise. Whether two inputs' speeds differ is decided in
-ranking.py (the regression gate's 95% interval of the ratio of their speeds): the speed-up carries
+No input is called faster or cheaper from noise. Whether two inputs' speeds differ is the speed
+decision's (analysis/decision.py through ranking.py: sessions as the unit, against the spread
+between sessions, the gate's own): the speed-up carries
 that interval, "fastest" marks an input measurably faster than every other, and inputs the
 measurements cannot tell from the fastest are each "tied fastest", with a line under the table
 that gives the interval and, among the tied, the cheaper (its price) or the leaner one. A cost per
@@ -121,9 +122,8 @@ def _notes(r: Row, v: Verdict) -> list[str]:
     out = []
     fastest, cheapest = v.fastest, v.cheapest
     if any(r is x for x in fastest):
-        untested = v.speed is not None and not all(g.tested for g in v.speed.gaps)
-        # without step times or repeats on a side nothing says whether the lead is noise
-        out.append("tied fastest" if len(fastest) > 1 else "fastest (untested)" if untested else "fastest")
+        # an untested gap is a tie (ranking.Gap.tied): no input is named fastest over it
+        out.append("tied fastest" if len(fastest) > 1 else "fastest")
     if any(r is x for x in cheapest):
         out.append("cheapest" if len(cheapest) == 1 else "tied cheapest")
     if not r.record.ok:
@@ -139,12 +139,16 @@ def tie_line(key: RecordKey, v: Verdict) -> str | None:
         return None
     tied, top = rank.tied, rank.top
     gaps = and_list(
-        [f"{r.input.label} {fmt.ratio(rank.gap(r).ratio)} ({rank.gap(r).ratio_interval()})" for r in tied[1:]]
+        [
+            f"{r.input.label} {fmt.ratio(rank.gap(r).ratio)} ({rank.gap(r).ratio_interval() or 'not tested'})"
+            for r in tied[1:]
+        ]
     )
     how = methods(rank.gap(r) for r in tied[1:])
+    settle = rank.gap(tied[1]).settle_words()
     line = (
         f"{key.label()}: {rank.tie_phrase(lambda r: r.input.label)}: against {top.input.label}, {gaps} "
-        f"(95% intervals; {how}): the difference is noise, not the inputs."
+        f"(95% intervals; {how}): the difference is noise, not the inputs; {settle}."
     )
     cheap = [r for r in v.cheapest if any(r is t for t in tied)]
     if len(v.cheapest) == 1 and cheap:
@@ -223,13 +227,15 @@ class Comparison:
     def _footer(self) -> list[str]:
         out = [
             "speed-up: tokens/s over the first input that ran the configuration (ref), with its 95% "
-            "interval; fastest and cheapest mark an input the measurements tell apart from every other, "
-            "tied fastest and tied cheapest those they cannot tell from the best."
+            "interval from the spread between sessions; fastest and cheapest mark an input the "
+            "measurements tell apart from every other, tied fastest and tied cheapest those they cannot "
+            "tell from the best."
         ]
         if any(v.speed and not all(g.tested for g in v.speed.gaps) for v in self.verdicts().values()):
             out.append(
-                "untested: an input kept no step times or repeats to measure its noise with "
-                "(pytest-benchmark keeps them with --benchmark-save-data), so its lead may be noise."
+                "untested: nothing measured the spread between sessions of an input (one session, and no "
+                "spread measured for its strategy on its device): its lead may be noise; --sessions N with "
+                "2 or more sessions an input measures it."
             )
         out += [line for key, v in self.verdicts().items() if (line := tie_line(key, v))]
         if self.priced:

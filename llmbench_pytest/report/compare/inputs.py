@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..collect import ReportError
-from ..records import RecordSet, load_records
+from ..sources import load_records
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from ..records import RecordSet
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,14 @@ def _labels(paths: Sequence[Path]) -> list[str]:
     return [str(p) for p in paths]  # same folder name on two machines: the full path tells them apart
 
 
-def load_inputs(paths: Sequence[Path | str], prices: Sequence[str] | None = None) -> list[Input]:
+def load_inputs(
+    paths: Sequence[Path | str], prices: Sequence[str] | None = None, sessions: int = 1
+) -> list[Input]:
+    """Each input's records (a results folder: each configuration's newest `sessions` sessions)."""
     ps = [Path(p) for p in paths]
     labels = _labels(ps)
     costs = parse_prices(prices, labels)
-    return [Input(label, load_records(p), cost) for p, label, cost in zip(ps, labels, costs, strict=True)]
+    return [
+        Input(label, load_records(p, sessions), cost)
+        for p, label, cost in zip(ps, labels, costs, strict=True)
+    ]

@@ -36,7 +36,8 @@ from ...analysis.significance import (
 )
 from .. import fmt
 from ..collect import ReportError, Run, find_result_files, load_results
-from ..records import Record, RecordKey, merge_repeats, record_from_result, records_from_saved_run, saved_runs
+from ..records import Record, RecordKey, merge_repeats, record_from_result
+from ..saved_runs import records_from_saved_run, saved_runs
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -67,15 +68,18 @@ class History:
         same = [p for p in self.runs.get(key, []) if p.record.hardware == hardware and p.record.ok]
         return same[-last:]
 
-    def spreads(self, key: RecordKey, current: Record, last: int, least: int) -> dict[str, RunSpread]:
-        """Run-to-run spread of step time and peak memory over the newest `last` earlier runs of key
-        (at least `least` of them), for the gate's one-run-a-side comparisons."""
-        out = {}
-        for metric in ("step time", "peak memory"):
-            values = _values(self.series(key, current.hardware, last), current, metric)
-            if len(values) >= least:
-                out[metric] = run_spread(values)
-        return out
+    def step_times(self, key: RecordKey, current: Record, last: int, least: int) -> list[float]:
+        """The mean step time of each of the newest `last` earlier sessions of key, oldest first,
+        where there are at least `least` (the speed decision measures the spread between sessions
+        from them); [] where fewer."""
+        values = _values(self.series(key, current.hardware, last), current, "step time")
+        return values if len(values) >= least else []
+
+    def memory_spread(self, key: RecordKey, current: Record, last: int, least: int) -> RunSpread | None:
+        """The spread of peak memory over the newest `last` earlier sessions of key (at least
+        `least` of them), for the gate's one-run-a-side comparisons of memory."""
+        values = _values(self.series(key, current.hardware, last), current, "peak memory")
+        return run_spread(values) if len(values) >= least else None
 
 
 def _from_storage(folder: Path, exclude: set[str]) -> History:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
-from ...analysis.significance import IMPROVED, INCONCLUSIVE, REGRESSION, STEPS, Estimate
-from ...config.gate_bounds import MIN_SPREAD_RUNS, GateBounds, min_history
+from ...analysis.significance import IMPROVED, INCONCLUSIVE, REGRESSION, Estimate
+from ...config.gate_bounds import GateBounds, min_history
 from .. import fmt
 from ..fmt import colalign
 
@@ -25,25 +25,15 @@ if TYPE_CHECKING:
 MOST_REPEATS = 100
 """The most runs a side the gate suggests; a change that needs more sits on its bound."""
 METHODS = (
-    "methods: runs as the unit where a side has 2+ runs (t-test on the log of each run's mean); one run "
-    "a side: t-test against the run-to-run spread of earlier runs (--history), else a block bootstrap "
-    "of its per-step times (step-to-step noise only); one peak a side without history: bound only"
+    "methods: speed by sessions as the unit (a t-test on the log of each session's mean step time against "
+    "the spread between sessions: measured where a side has 2+ sessions or a history has earlier ones, "
+    "else the spread measured for the strategy on this hardware, named per line); peak memory: exact "
+    "where the peaks agree, tested with repeats or a history, else the bound only"
 )
 HISTORY_OPTION = "--history DIR"
 """How `llmbench gate` is given earlier runs; gate_session names the pytest option instead."""
-STEPS_RISK = "blind to run-to-run noise (on a shared CPU, 30% of A/A comparisons were false alarms)"
-"""Why a block-bootstrap comparison may not hold: docs/reports.md, "Measured: false alarms and
-power" (18 of 60 on a shared 2-core VM, 0 of 165 on a GPU-bound workload)."""
-
-
-def steps_cure(history_option: str = HISTORY_OPTION, history_given: bool = False) -> str:
-    """What puts run-to-run noise into a one-run-a-side comparison."""
-    history = (
-        f"keep {MIN_SPREAD_RUNS} or more earlier runs of each configuration in the history"
-        if history_given
-        else f"pass {history_option}"
-    )
-    return f"rerun both sides with --llmbench-repeat=N (3 or more), or {history}"
+SESSIONS_OPTION = "run the suite N times on each side into one folder and pass --sessions N"
+"""How a side gets N sessions (`llmbench gate`); inside pytest, N sessions of each side."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +50,13 @@ class Change:
     bound: float | None
     verdict: str
     repeats_needed: int | None = None
-    """Runs a side that would settle an inconclusive change, if its size and spread held."""
+    """Sessions a side (runs a side, for memory) that would settle an inconclusive change, if its
+    size and spread held."""
+    catch: int | None = None
+    """Sessions a side that catch a slowdown of twice the step-time bound 95% of the time, from the
+    spread between sessions (speed metrics); None where nothing measured it or over 100."""
+    spread: str = ""
+    """The spread between sessions the speed decision used, and where it came from."""
 
     @property
     def change(self) -> float | None:
@@ -89,26 +85,23 @@ class Change:
         return "<0.001" if est.p_value < 0.001 else f"{est.p_value:.3f}"
 
     def settle(self) -> str:
-        """For an inconclusive change: how many runs a side would settle it."""
+        """For an inconclusive change: how many sessions (runs, for memory) a side would settle it."""
         est = self.estimate
         if self.verdict != INCONCLUSIVE or est is None:
             return ""
+        unit = "runs" if self.metric == "peak memory" else "sessions"
+        if self.repeats_needed is None and not est.tested:
+            return f"; nothing measured the spread between sessions: {SESSIONS_OPTION} (2 or more)"
         if self.repeats_needed is None:
-            return f"; no count of runs up to {MOST_REPEATS} a side settles it: the change sits on the bound"
-        if est.kind == STEPS:
             return (
-                f"; at least {self.repeats_needed} runs a side would settle it (from the noise within one "
-                "run; run-to-run noise is usually larger)"
+                f"; no count of {unit} up to {MOST_REPEATS} a side settles it: the change sits on the bound"
             )
-        return f"; about {self.repeats_needed} runs a side would settle it (--llmbench-repeat)"
+        how = (
+            "--llmbench-repeat" if unit == "runs" else SESSIONS_OPTION.replace("N", str(self.repeats_needed))
+        )
+        return f"; about {self.repeats_needed} {unit} a side would settle it ({how})"
 
-    def caveat(self, cure: str | None = None) -> str:
-        """For a change judged from one run's steps a side: that it may not hold, and the cure."""
-        if self.estimate is None or self.estimate.kind != STEPS:
-            return ""
-        return f"; judged one run a side from its steps alone, {STEPS_RISK}: {cure or steps_cure()}"
-
-    def line(self, cure: str | None = None) -> str:
+    def line(self) -> str:
         what = (
             f"{self.key.label()}: {self.metric} {self._value(self.baseline)} -> {self._value(self.current)}"
         )
@@ -121,7 +114,7 @@ class Change:
             return f"{what} ({fmt.signed_pct(est.change)}; {bound}; {est.method})"
         return (
             f"{what} ({fmt.signed_pct(est.change)}, 95% interval {self.interval()}, p{_eq(self.p())}; "
-            f"{bound}; {est.method}){self.settle()}{self.caveat(cure)}"
+            f"{bound}; {est.method}){self.settle()}"
         )
 
 
@@ -142,8 +135,6 @@ class GateResult:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    history_option: str = HISTORY_OPTION
-    """How the reader gives the gate earlier runs, for the one-run-a-side caveat."""
 
     @property
     def regressions(self) -> list[Change]:
@@ -160,14 +151,6 @@ class GateResult:
     @property
     def compared(self) -> list[RecordKey]:
         return list(dict.fromkeys(c.key for c in self.changes))
-
-    @property
-    def steps_only(self) -> list[RecordKey]:
-        """Configurations judged one run a side from their steps (the block bootstrap)."""
-        return list(dict.fromkeys(c.key for c in self.changes if c.estimate and c.estimate.kind == STEPS))
-
-    def cure(self) -> str:
-        return steps_cure(self.history_option, self.history_source is not None)
 
     @property
     def exit_code(self) -> int:
@@ -216,6 +199,30 @@ class GateResult:
             rows, headers=headers, tablefmt="simple", disable_numparse=True, colalign=colalign(headers)
         )
 
+    def _catch_lines(self) -> list[str]:
+        """Per configuration, the sessions a side this gate needs to catch a slowdown of twice the
+        step-time bound 95% of the time, and the spread between sessions that says so."""
+        rows = {c.key: c for c in self.changes if c.metric == "step time"}
+        if not rows:
+            return []
+        slow = fmt.pct(2 * self.bounds.step_time_rise, 0)
+        lines = [
+            "",
+            f"Sessions a side that catch a {slow} slowdown 95% of the time (to get N: {SESSIONS_OPTION}):",
+        ]
+        for key, c in rows.items():
+            n = (
+                str(c.catch)
+                if c.catch is not None
+                else f"more than {MOST_REPEATS}"
+                if c.spread
+                else "unknown"
+            )
+            lines.append(
+                f"  {key.label()}: {n} ({c.spread or 'nothing measured the spread between sessions'})"
+            )
+        return lines
+
     def _history_lines(self) -> list[str]:
         if self.history_source is None:
             return []
@@ -258,7 +265,7 @@ class GateResult:
         lines += [f"WARNING: {w}" for w in self.warnings]
         if self.regressions:
             lines += ["", f"{len(self.regressions)} regression(s):"]
-            lines += [f"  REGRESSION {c.line(self.cure())}" for c in self.regressions]
+            lines += [f"  REGRESSION {c.line()}" for c in self.regressions]
         if self.inconclusive:
             fails = "fail the gate" if self.bounds.fail_inconclusive else "not failed"
             lines += [
@@ -266,9 +273,9 @@ class GateResult:
                 f"{len(self.inconclusive)} inconclusive change(s), the interval reaching past the bound "
                 f"({fails}):",
             ]
-            lines += [f"  inconclusive {c.line(self.cure())}" for c in self.inconclusive]
+            lines += [f"  inconclusive {c.line()}" for c in self.inconclusive]
         if self.changes:
-            lines += ["", self._table()]
+            lines += ["", self._table(), *self._catch_lines()]
         lines += self._history_lines()
         if self.missing:
             lines += ["", f"In the baseline but not in the current run ({len(self.missing)}): not compared:"]
@@ -300,11 +307,6 @@ class GateResult:
                 parts.append(f"no regression against the baseline in {n} configuration(s); {inconclusive}")
             else:
                 parts.append(f"{n} configuration(s) compared, {inconclusive}")
-            if self.steps_only:
-                parts.append(
-                    f"{len(self.steps_only)} of {n} configuration(s) judged one run a side from their steps "
-                    f"alone, {STEPS_RISK}: {self.cure()}"
-                )
         if self.history_source is not None:
             keys = len({h.key for h in self.history})
             parts.append(f"history of {keys} configuration(s): {len(self.history_regressions)} regression(s)")

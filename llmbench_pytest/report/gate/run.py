@@ -35,16 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...analysis.significance import (
-    IMPROVED,
-    INCONCLUSIVE,
-    OK,
-    REGRESSION,
-    Estimate,
-    RunSpread,
-    decide,
-    repeats_to_settle,
-)
+from ...analysis.significance import IMPROVED, INCONCLUSIVE, OK, REGRESSION
 from ...config.gate_bounds import (
     DEFAULT_HISTORY,
     MIN_SPREAD_RUNS,
@@ -55,10 +46,11 @@ from ...config.gate_bounds import (
 )
 from ...results.schema import current_fields
 from ..collect import ReportError, find_result_files
-from ..estimates import memory_estimate, time_estimate
-from ..records import Record, RecordKey, RecordSet, load_records, records_from_results
+from ..records import RecordKey, RecordSet, records_from_results
+from ..sources import load_records
 from .history import History, judge_history, load_history
-from .result import MOST_REPEATS, Change, GateResult
+from .judge import NO_MEMORY, compare_records
+from .result import Change, GateResult
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -77,68 +69,38 @@ __all__ = [
     "run_gate",
 ]
 
-NO_MEMORY = "peak memory not measured on both sides"
 
-
-def _judge(
-    key: RecordKey, metric: str, est: Estimate, bound: float, higher_is_worse: bool, alpha: float
-) -> Change:
-    verdict = decide(est, bound, higher_is_worse, alpha)
-    needed = None
-    if verdict == INCONCLUSIVE:
-        needed = repeats_to_settle(est, bound, higher_is_worse, alpha, MOST_REPEATS)
-    return Change(key, metric, est.base, est.cur, est, bound, verdict, needed)
-
-
-def compare_records(
-    key: RecordKey, b: Record, c: Record, bounds: GateBounds, spreads: dict[str, RunSpread] | None = None
-) -> tuple[list[Change], list[str]]:
-    """The changes of one configuration, and notes on what could not be compared; `spreads` (per
-    metric, from the history) test one run against one."""
-    spreads = spreads or {}
-    if b.ok and not c.ok:
-        return [Change(key, "status", "ok", c.status, None, None, REGRESSION)], []
-    if not b.ok:
-        return [], [f"{key.label()}: baseline status {b.status}, nothing to compare against"]
-    out: list[Change] = []
-    notes: list[str] = []
-    a = bounds.alpha
-    if b.step_time and c.step_time:
-        est = time_estimate(b, c, spreads.get("step time"))
-        if b.tokens_per_sec and c.tokens_per_sec:
-            # tokens/s is tokens per step / step time: the same test, the interval turned over;
-            # tokens per step is the baseline's on both sides (one configuration)
-            per_step = b.tokens_per_sec * b.step_time
-            tokens = est.inverse(per_step / est.base, per_step / est.cur)
-            out.append(_judge(key, "tokens/s", tokens, bounds.tokens_drop, False, a))
-        out.append(_judge(key, "step time", est, bounds.step_time_rise, True, a))
-    if b.peak_memory_gb and c.peak_memory_gb:
-        if b.memory_kind != c.memory_kind:
-            notes.append(f"{key.label()}: peak memory not compared ({b.memory_kind} vs {c.memory_kind})")
-        else:
-            out.append(
-                _judge(
-                    key,
-                    "peak memory",
-                    memory_estimate(b, c, spreads.get("peak memory")),
-                    bounds.memory_rise,
-                    True,
-                    a,
-                )
-            )
-    else:
-        notes.append(NO_MEMORY)
-    return out, notes
+def _devices(rs: RecordSet) -> str:
+    return ", ".join(rs.hardware) or "no device"
 
 
 def _hardware_warning(baseline: RecordSet, current: RecordSet) -> str | None:
+    """Where the baseline ran on another device (CPU against a GPU) or GPU model: named before any
+    figure, since every difference then mixes hardware with the change."""
     b, c = baseline.hardware, current.hardware
     if set(b) == set(c):
         return None
+    kind = "device" if ("CPU" in b) != ("CPU" in c) else "GPU model"
     return (
-        f"the baseline was measured on {', '.join(b)} and the current run on {', '.join(c)}: the difference "
-        "mixes hardware with the change. Refresh the baseline on this GPU model (docs/reports.md), or "
-        "pass --strict to make this an error."
+        f"the baseline ran on another {kind}: {_devices(baseline)}, the current run on {_devices(current)}; "
+        "every difference below mixes hardware with the change. Save a baseline on this hardware "
+        "(docs/gate.md), or pass --strict to make this an error."
+    )
+
+
+def _same_run(baseline: RecordSet, current: RecordSet) -> str | None:
+    """A baseline holding runs of the current run's own session (the newest saved run after this
+    session's --benchmark-autosave, or the same folder twice) compares the run with itself."""
+    ids = {i for r in baseline.records for i in r.session_ids if i}
+    shared = sorted(ids & {i for r in current.records for i in r.session_ids if i})
+    same = baseline.source.exists() and current.source.exists() and baseline.source.samefile(current.source)
+    if not shared and not same:
+        return None
+    which = f"session {', '.join(shared[:3])}" if shared else str(current.source)
+    return (
+        f"the baseline {baseline.source} is the current run itself ({which}): a run gated against itself "
+        "passes whatever it measured. Name a saved run of an earlier session (--baseline "
+        ".benchmarks/<machine>/NNNN_*.json, or its counter with --llmbench-gate=NNNN)."
     )
 
 
@@ -159,6 +121,10 @@ def _check_sources(result: GateResult, baseline: RecordSet | None, current: Reco
 def _compare(
     result: GateResult, baseline: RecordSet, current: RecordSet, bounds: GateBounds, history: History | None
 ) -> None:
+    itself = _same_run(baseline, current)
+    if itself:
+        result.errors.append(itself)
+        return
     mismatch = _hardware_warning(baseline, current)
     if mismatch:
         if bounds.strict:
@@ -180,8 +146,12 @@ def _compare(
         return
     no_memory = 0
     for key in common:
-        spreads = history.spreads(key, c_map[key], bounds.history, MIN_SPREAD_RUNS) if history else None
-        changes, notes = compare_records(key, b_map[key], c_map[key], bounds, spreads)
+        times: list[float] = []
+        memory = None
+        if history is not None:
+            times = history.step_times(key, c_map[key], bounds.history, MIN_SPREAD_RUNS)
+            memory = history.memory_spread(key, c_map[key], bounds.history, MIN_SPREAD_RUNS)
+        changes, notes = compare_records(key, b_map[key], c_map[key], bounds, times, memory)
         result.changes += changes
         no_memory += notes.count(NO_MEMORY)
         result.notes += [n for n in notes if n != NO_MEMORY]
@@ -248,7 +218,6 @@ def gate_session(
         if bounds.history:
             history = load_history(storage, exclude=result_paths)
         outcome = run_gate(load_records(baseline), current, bounds, history)
-        outcome.history_option = f"--llmbench-gate-bounds=history={DEFAULT_HISTORY}"
     except (ReportError, ValueError) as exc:
         return 2, [f"llmbench gate could not compare: {exc}"]
     return outcome.exit_code, [f"baseline: {baseline}", outcome.format()]
@@ -262,11 +231,12 @@ def _keys(keys: Sequence[RecordKey], limit: int = 4) -> str:
 
 
 def load_inputs(
-    baseline: str | None, current: str, history: str | None
+    baseline: str | None, current: str, history: str | None, sessions: int = 1
 ) -> tuple[RecordSet | None, RecordSet, History | None]:
-    """The CLI's three inputs; a current run inside the history folder is not its own history."""
-    cur = load_records(current)
-    base = load_records(baseline) if baseline else None
+    """The CLI's three inputs (results folders: each configuration's newest `sessions` sessions); a
+    current run inside the history folder is not its own history."""
+    cur = load_records(current, sessions)
+    base = load_records(baseline, sessions) if baseline else None
     hist = None
     if history:
         own: Iterable[Path] = [cur.source] if cur.source.is_file() else find_result_files(cur.source)

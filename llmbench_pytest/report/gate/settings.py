@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..records import load_records, resolve_saved_run
+from ..saved_runs import resolve_saved_run
+from ..sources import load_records
 
 if TYPE_CHECKING:
     from pathlib import Path

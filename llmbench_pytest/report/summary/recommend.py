@@ -5,9 +5,10 @@ only with runs of the same scenario (model, shapes, precision, hardware, world s
 on 8 GPUs is not "faster" than DDP on one. Every sentence carries its numbers, so a reader can
 check the claim against the table.
 
-No winner is named from noise. Whether one configuration is faster than another is decided in one
-place, ranking.py (the regression gate's 95% interval of the ratio of their speeds): where the fastest
-and others are tied, the sentence says so with their intervals, and the recommendation chooses
+No winner is named from noise. Whether one configuration is faster than another is the speed
+decision's (analysis/decision.py, through ranking.py): the spread between sessions of each
+strategy, not the steps of one run. Where the fastest and others are tied, the sentence says so
+with their intervals and the sessions a side that would tell them apart, and the recommendation chooses
 among them on peak memory (lower is better: within one scenario every strategy runs on the same
 hardware at the same price, so the cost per token is as tied as the speed), and says so:
 "fsdp_grad_op, fsdp and zero2 are tied on speed (within their +-8.0%, +-8.6% and +-7.9%
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from .. import fmt
 from ..configs import Config, ConfigKey, scenario_title
-from ..ranking import WITHIN_RUN, Ranking, Speeds, and_list, methods, record_of
+from ..ranking import Ranking, Speeds, and_list, methods, record_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -189,13 +190,21 @@ class Recommendation:
 
 
 def _tie_sentence(rank: Ranking[Config], bold: Callable[[str], str]) -> str:
-    """'a, b and c are tied on speed (within their +-x% intervals): 3,025, 2,950 and 2,909
-    tokens/s; against a, b -2.5% (95% interval ...) and c ... (method).'"""
+    """'a, b and c are tied on speed (within their +-x% intervals between sessions): 3,025, 2,950
+    and 2,909 tokens/s; against a, b -2.5% (95% interval ...) and c ... (method); 6 sessions a side
+    would tell a and b apart if the difference held.'"""
     tied, top = rank.tied, rank.top
     phrase = rank.tie_phrase(lambda c: bold(c.strategy))
     rates = and_list([fmt.tokens(c.tokens_per_sec) for c in tied])
     gaps = and_list([f"{c.strategy} {rank.gap(c).change()}" for c in tied[1:]])
-    return f"{phrase}: {rates} tokens/s; against {top.strategy}, {gaps} ({methods(map(rank.gap, tied[1:]))})."
+    closest = tied[1]
+    settle = (
+        rank.gap(closest).settle_words().replace("them apart", f"{top.strategy} and {closest.strategy} apart")
+    )
+    return (
+        f"{phrase}: {rates} tokens/s; against {top.strategy}, {gaps} ({methods(map(rank.gap, tied[1:]))}); "
+        f"{settle}."
+    )
 
 
 def _pick_sentence(f: Config, tied: Sequence[Config], bold: Callable[[str], str]) -> str:
@@ -223,18 +232,15 @@ def _pick_sentence(f: Config, tied: Sequence[Config], bold: Callable[[str], str]
 
 
 def _next_sentence(rank: Ranking[Config], c: Config) -> str:
-    """The fastest configuration the fastest is measurably faster than (or could not be tested
-    against), named plainly with its interval."""
+    """The fastest configuration the decision tells apart from the fastest, named plainly with its
+    interval."""
     gap, top = rank.gap(c), rank.top
     head = (
         f"The next, {c.strategy}, is {fmt.pct(1 - gap.ratio)} slower than {top.strategy}: "
         f"{fmt.tokens(c.tokens_per_sec)} tokens/s"
     )
-    if gap.low is None or gap.high is None:
-        return f"{head} ({gap.method})."
-    why = gap.method + (f"; {WITHIN_RUN}" if gap.within_run else "")
-    low, high = fmt.signed_pct(gap.low - 1), fmt.signed_pct(gap.high - 1)
-    return f"{head}, 95% interval {low} .. {high}, outside the measurement's noise ({why})."
+    low, high = fmt.signed_pct((gap.low or 0) - 1), fmt.signed_pct((gap.high or 0) - 1)
+    return f"{head}, 95% interval {low} .. {high}, outside the noise between sessions ({gap.method})."
 
 
 def _out_of_memory(c: Config) -> bool:

@@ -1,0 +1,74 @@
+"""The prior spread between sessions: how far a strategy's mean step time moved from one pytest
+session to the next on a device, measured from saved results (decision_spread.json, written by
+tools/session_spread.py, never by hand). The speed decision (decision.py) leans on it where a side
+has one session and nothing else measured that spread.
+
+Standard library only; the file is read once, when a decision first needs it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PRIOR_FILE = Path(__file__).with_name("decision_spread.json")
+ENV = "LLMBENCH_SESSION_SPREAD"
+"""A file of the same form to use instead (spreads measured on one's own machines with
+tools/session_spread.py --write --out FILE)."""
+PRIOR_WEIGHT = 4
+"""Degrees of freedom a prior counts for at most. Its figure pools other configurations of the
+strategy, whose spreads differ by a factor of two or more (tools/session_spread.py prints them), so
+it stands for a handful of sessions of this configuration, not for its hundred: four sessions a side
+of the configuration itself outweigh it."""
+
+
+@dataclass(frozen=True)
+class Prior:
+    """One entry of decision_spread.json."""
+
+    device: str
+    workload: str
+    strategy: str
+    sd_log: float
+    df: int
+    sessions: int
+    source: str
+    """Where it came from, for the reader: 'zero3 on NVIDIA H100 80GB HBM3: 27 sessions in 9 groups
+    (docs/results, 2026-11-28)'."""
+
+
+@functools.cache
+def _table(path: Path = PRIOR_FILE) -> dict[tuple[str, str, str], Prior]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}  # no prior: every comparison without sessions or history of its own is untested
+    where = f"{', '.join(doc.get('sources') or [])}, {doc.get('date', '')}"
+    out = {}
+    for e in doc.get("spreads") or []:
+        what = "every strategy" if e["strategy"] == "*" else e["strategy"]
+        work = "every workload" if e["workload"] == "*" else e["workload"]
+        device = "every GPU measured" if e["device"] == "GPU" else e["device"]
+        source = f"{what}, {work}, on {device}: {e['sessions']} sessions in {e['groups']} groups ({where})"
+        name = (e["device"], e["workload"], e["strategy"])
+        out[name] = Prior(*name, float(e["sd_log"]), int(e["df"]), int(e["sessions"]), source)
+    return out
+
+
+def prior_file() -> Path:
+    """The spreads in use: $LLMBENCH_SESSION_SPREAD where set, else the measured ones shipped."""
+    return Path(os.environ.get(ENV) or PRIOR_FILE)
+
+
+def prior_for(hardware: str, workload: str, strategy: str, path: Path | None = None) -> Prior | None:
+    """The most specific measured prior: this device, workload and strategy; then (a GPU) the same
+    on every GPU model measured; then every strategy of the workload, on this device and on every
+    GPU; then every workload. None for a device nothing was measured on (an unknown device, or a CPU
+    without CPU sessions in the data): a GPU prior says nothing of a CPU, nor the other way."""
+    table = _table(path or prior_file())
+    devices = [hardware] if hardware == "CPU" else [hardware, "GPU"]
+    names = [(d, w, s) for w, s in ((workload, strategy), (workload, "*"), ("*", "*")) for d in devices]
+    return next((table[n] for n in names if n in table), None)
