@@ -347,3 +347,40 @@ def test_compare_says_when_nothing_measured_the_noise(
         "untested: nothing measured the spread between sessions of an input*",
     )
     assert "0.92x (0" not in proc.stdout  # no interval where nothing measured the noise
+
+
+def test_no_report_names_a_winner_between_identical_configurations(tmp_path: Path) -> None:
+    """Two strategies that measured the same speed to the step: tied, whatever their spreads."""
+    steps = steps_for(2000, 0.02, seed=9)
+    root = write_runs(tmp_path / "r", result("ddp", steps, 0.70), result("fsdp", steps, 0.70))
+    report = Report.from_dir(root)
+    (rec,) = report.recommendations
+    assert rec.speed is not None and rec.speed.is_tie
+    text = summary_table(report.configs, report.scaling, report.recommendations)
+    assert "are tied on speed" in text and "fastest that fits: ddp, 2,000" not in text
+
+
+def test_a_table_cell_never_contradicts_the_recommendations_words(tmp_path: Path) -> None:
+    """The issue's case: fsdp's own steps gave +-40% in the table's `mean +-` column while the
+    recommendation called it 18% slower, 'outside the noise'. A session's own noise is a floor
+    under the spread between sessions, so the words' interval is never narrower than the cell's."""
+    runs = [
+        result("ddp", steps_for(2000, 0.02, seed=1), 0.70),
+        result("fsdp", steps_for(1640, 0.9, n=12, seed=2), 0.60),
+    ]
+    for r in runs:  # the window's precision, as a measured run records it: its mean's own interval
+        r["timing"] = {
+            "measurement": {"precision": r["step_time_mean_interval"]["relative"], "stopped": "fixed"}
+        }
+    root = write_runs(tmp_path / "r", *runs)
+    report = Report.from_dir(root)
+    text = summary_table(report.configs, report.scaling, report.recommendations)
+    cell = next(c for c in report.configs if c.strategy == "fsdp").window[0]
+    assert cell is not None and cell > 0.3, "the premise: a noisy run, its own interval wide"
+    (rec,) = report.recommendations
+    assert rec.speed is not None and rec.speed.is_tie, text
+    own = rec.speed.interval(next(c for c in rec.configs if c.strategy == "fsdp"))
+    assert own is not None and own >= cell * 0.99
+    md_root = tmp_path / "r"
+    assert llmbench("report", md_root, "--no-plots").returncode == 0
+    assert "outside the noise" not in (md_root / "summary" / "BENCHMARK_REPORT.md").read_text()

@@ -4,6 +4,7 @@
     python tools/gate_error_rates.py collect DIR --label a --sessions 40
     python tools/gate_error_rates.py collect DIR --label b --sessions 20 --slow ddp:10% --reference DIR
     python tools/gate_error_rates.py analyse DIR                       # the rates, from them
+    python tools/gate_error_rates.py collect DIR --sessions 1 -- benchmarks/test_pretrain.py ARGS  # other
 
 collect runs the suite SESSIONS times, one pytest session after another, into DIR/<label>-NN/ (the
 same code and machine: every difference between two A sessions is noise). --slow STRATEGY:PCT
@@ -221,11 +222,14 @@ def main() -> None:
     col.add_argument("--steps", type=int, default=20, help="measured steps of a CPU session (20)")
     col.add_argument("--seq-lens", default="64", help="sequence lengths of a CPU session (64)")
     col.add_argument("--repeat", type=int, default=1, help="runs of each configuration in a session (1)")
-    col.add_argument("pytest_args", nargs="*", help="after --: the pytest arguments (default: a CPU session)")
     ana = sub.add_parser("analyse", help="false alarms and power from the sessions in DIR")
     ana.add_argument("root", type=Path)
     ana.add_argument("--slowed", default="ddp", help="the strategy the B sessions slowed")
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    # after --: the pytest arguments of a session (default: a CPU session)
+    pytest_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    args.pytest_args = pytest_args
     if args.command == "collect":
         slow = slow_spec(args.slow, args.reference or args.out) if args.slow else None
         extra = args.pytest_args or cpu_args(args.steps, args.seq_lens, args.repeat)
