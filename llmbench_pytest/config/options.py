@@ -678,7 +678,14 @@ SETTINGS: tuple[Setting, ...] = (
         _positive_int,
         "N",
     ),
-    Setting("lr", "AdamW learning rate (default: 1e-3).", _positive_float, "LR"),
+    Setting(
+        "lr",
+        "AdamW learning rate (default: for pre-training, the peak rate GPT-3 used at the model's size, "
+        "interpolated: 2.3e-4 for llama-1b, 1.2e-4 for llama-7b, at most 1e-3; for LoRA and the "
+        "encoder-decoder, 1e-3).",
+        _positive_float,
+        "LR",
+    ),
     Setting("seed", "seed for weights and data (default: 1234).", _non_negative_int, "N"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -748,7 +755,7 @@ class SessionOptions:
     every_size: bool = False
     find_batch: bool = False
     max_batch: int | None = None
-    lr: float = 1e-3
+    lr: float | None = None
     seed: int = 1234
     wait_for_gpus: float | None = None
     ops_ahead: str = "auto"

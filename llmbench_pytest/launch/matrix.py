@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config.datasets import check_data_dir, with_epoch_steps
+from ..config.learning_rate import default_lr, estimated_params
 from ..config.presets import (
     ENCDEC_CONFIG_KEYS,
     ModelPreset,
@@ -309,7 +310,7 @@ def _common_fields(opts: SessionOptions, hw: Hardware, model: str, tier: str) ->
         "memory_limit_gb": opts.vram_limit_gb,
         "run_unfit": opts.run_unfit,
         "tier": tier,
-        "lr": opts.lr,
+        "lr": opts.lr if opts.lr is not None else default_lr(opts.workload, _params_of(model, opts)),
         "seed": opts.seed,
         "device": hw.device,
         "compile": opts.compile,
@@ -325,6 +326,12 @@ def _common_fields(opts: SessionOptions, hw: Hardware, model: str, tier: str) ->
         "warmup_epochs": opts.warmup_epochs,
         "shard_mb": opts.shard_mb,
     }
+
+
+def _params_of(model: str, opts: SessionOptions) -> int | None:
+    """The model's parameter count, recorded in its preset or estimated from its config."""
+    preset = resolve_model(model, opts.model_config)
+    return preset.params or estimated_params(preset.config)
 
 
 def _strategy_entries(

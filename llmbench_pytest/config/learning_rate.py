@@ -1,0 +1,88 @@
+"""The default learning rate: what pre-training a model of this size would use.
+
+A benchmark measures speed, but its loss must fall as training's does, or the loss check fails a
+healthy strategy. One learning rate for every size does not do that: at the suite's old 1e-3, a 7B
+model's loss rose from 11.5 to 15-32 and stayed there under every strategy (llama-7b and
+mistral-7b, ddp/fsdp/zero3 at 1 and 2 GPUs on 4x H200, 2026-11-28,
+docs/results/2026-11-28-h200x4-off-default), which no one pre-training a 7B model would run.
+
+The rule is GPT-3's (Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1): the
+peak learning rate of each model size it trained, interpolated on log-log axes between them. Below
+the table's smallest model the trend gives more than 1e-3; 1e-3 stays the cap, the rate the suite's
+small and tiny models have always trained at. Pre-training (the causal_lm workload) only: LoRA
+trains adapters, not the model, and the encoder-decoder benchmark is that benchmark's own model;
+their losses fall at 1e-3 in every kept session. `--llmbench-lr` sets any rate.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+GPT3_PEAK_LR: tuple[tuple[float, float], ...] = (
+    (125e6, 6.0e-4),
+    (350e6, 3.0e-4),
+    (760e6, 2.5e-4),
+    (1.3e9, 2.0e-4),
+    (2.7e9, 1.6e-4),
+    (6.7e9, 1.2e-4),
+    (13e9, 1.0e-4),
+    (175e9, 0.6e-4),
+)
+"""(parameters, peak learning rate) of the GPT-3 models, Brown et al. 2020, Table 2.1."""
+
+SMALL_MODEL_LR = 1e-3
+"""The cap, for models below the table (tiny CPU models, the encoder-decoder's, LoRA's adapters)."""
+
+
+def pretraining_lr(params: int) -> float:
+    """GPT-3's peak learning rate for a model of `params` parameters, interpolated on log-log axes
+    (extrapolated past the ends along the nearest segment), at most SMALL_MODEL_LR."""
+    if params <= 0:
+        raise ValueError(f"a model has parameters; got {params}")
+    x = math.log(params)
+    pairs = list(itertools.pairwise(GPT3_PEAK_LR))
+    (n0, lr0), (n1, lr1) = next(
+        ((a, b) for a, b in pairs if params <= b[0]),
+        pairs[-1],  # past the largest: the last segment's trend
+    )
+    slope = (math.log(lr1) - math.log(lr0)) / (math.log(n1) - math.log(n0))
+    lr = math.exp(math.log(lr0) + slope * (x - math.log(n0)))
+    return min(SMALL_MODEL_LR, lr)
+
+
+def default_lr(workload: str, params: int | None) -> float:
+    """The learning rate a run gets when --llmbench-lr is not given."""
+    if workload != "causal_lm" or not params:
+        return SMALL_MODEL_LR
+    return pretraining_lr(params)
+
+
+def estimated_params(config: dict[str, Any]) -> int | None:
+    """A decoder's parameter count from its config, for a model whose count was not recorded (a
+    local config.json, or a preset with --llmbench-model-config): each layer's attention (query and
+    output H^2 each, key and value H^2 times the share of key-value heads) and MLP (3 H I gated, as
+    Llama's, else 2 H I), and the embedding, counted twice where the LM head is not tied to it.
+    Within 7% of what transformers builds for every preset (tests/test_learning_rate.py)."""
+    hidden = _first(config, ("hidden_size", "n_embd", "d_model"))
+    layers = _first(config, ("num_hidden_layers", "n_layer", "num_layers"))
+    vocab = _first(config, ("vocab_size",))
+    if not (hidden and layers and vocab):
+        return None
+    gated = "intermediate_size" in config  # Llama and Mistral: gate, up and down projections
+    inner = _first(config, ("intermediate_size", "n_inner")) or 4 * hidden
+    heads = _first(config, ("num_attention_heads", "n_head")) or 1
+    kv_share = (_first(config, ("num_key_value_heads",)) or heads) / heads
+    attention = (2 + 2 * kv_share) * hidden * hidden
+    mlp = (3 if gated else 2) * hidden * inner
+    tied = config.get("tie_word_embeddings", not gated)  # GPT-2 ties its head by default
+    return int(layers * (attention + mlp) + (1 if tied else 2) * vocab * hidden)
+
+
+def _first(config: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
