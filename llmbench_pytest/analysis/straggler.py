@@ -11,7 +11,9 @@ rank's own work, each compared between the ranks:
 - compute: on a GPU, kernel time outside the collectives in the profiled steps; on a CPU with
   profiled steps (--llmbench-profile), the time outside gloo's collectives (a CPU computes there).
 - host: on a GPU, the device idle in the profiled steps (it waited for its host); the others,
-  waiting in a collective, run NCCL's kernel meanwhile and are busy.
+  waiting in a collective, run NCCL's kernel meanwhile and are busy. Named only where the window
+  bears it out: that rank's GPU utilization over the window (NVML) lower than the others' by
+  more than three times their spread (_borne_out).
 
 A rank is named when one measure of it exceeds the median of the others' by more than three
 times their noise, and by more than the mean step is known to: its 95% interval, or the
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .stats import MAD_TO_SIGMA, mean_interval
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
 
 NOISE_TIMES = 3.0
 """A rank is named beyond this many of the others' noise (three standard deviations)."""
+UTIL_FLOOR_POINTS = 1.0
+"""The least spread of the others' GPU utilization (NVML's percent, sampled over the window)."""
 MEASURES = {
     "optimizer": "host time inside the optimizer step",
     "compute": "compute",
@@ -61,6 +65,8 @@ class Measure:
     noise_sec: float
     bound_sec: float
     named: bool
+    note: str = ""
+    """Why a measure beyond its bound names no rank (the window does not bear it out), else ''."""
 
 
 def _robust_sd(values: Sequence[float]) -> float:
@@ -112,11 +118,40 @@ def _profiled(ranks: Sequence[Mapping[str, Any]], device: str, step_sd: float, f
             for r, t in traces.items()
         }
         what = {"compute": "time outside gloo's collectives"}
-    return [
+    measures = [
         _compare(name, what[name], source, per_rank, noise, floor)
         for name, per_rank in values.items()
         if all(v is not None for v in per_rank.values())
     ]
+    return [_borne_out(m, ranks) if m.name == "host" and m.named else m for m in measures]
+
+
+def _borne_out(m: Measure, ranks: Sequence[Mapping[str, Any]]) -> Measure:
+    """A GPU idle for its host in the one profiled step, held against the whole window: a rank
+    whose host holds the others back keeps its GPU idle while theirs run NCCL's kernels, so its
+    GPU utilization over the window (NVML) is lower than theirs. Without that, the profiled step
+    alone names no one: a ZeRO-3 step's Python work puts one rank's host behind in any single
+    step, a different rank each time (healthy llama-7b zero3 and zero2 at 4 GPUs, 4x H200,
+    2026-11-28: 0.18-0.79 s idle on one rank in the profiled step, its utilization over the window
+    not the lowest, or within the others' spread)."""
+    util = {int(r["rank"]): (r.get("gpu_monitor") or {}).get("util_pct_mean") for r in ranks}
+    if any(v is None for v in util.values()):
+        return replace(m, named=False, note="no GPU utilization over the window to bear it out")
+    others = [v for r, v in util.items() if r != m.slowest_rank]
+    base = statistics.median(others)
+    spread = max(max(others) - min(others), UTIL_FLOOR_POINTS)
+    below = base - util[m.slowest_rank]
+    if below > NOISE_TIMES * spread:
+        mine = util[m.slowest_rank]
+        return replace(m, note=f"borne out: GPU utilization {mine:.0f}% over the window against {base:.0f}%")
+    return replace(
+        m,
+        named=False,
+        note=(
+            f"one profiled step, not borne out by the window: rank {m.slowest_rank}'s GPU utilization "
+            f"{util[m.slowest_rank]:.0f}% against the others' {base:.0f}% (spread {spread:.0f} points)"
+        ),
+    )
 
 
 def find(
