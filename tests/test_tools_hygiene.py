@@ -291,4 +291,4 @@ def test_no_tool_writes_into_the_working_tree(tmp_path, monkeypatch):
     # what time_to_answer.py wrote by default went under results/, which git ignores
     (figures,) = tree.glob("results/time-to-answer-*/time_to_answer.json")
     assert json.loads(figures.read_text())["configurations"] == 1
-    assert os.listdir(tmp_path / "gate") == ["session-01"]
+    assert os.listdir(tmp_path / "gate") == ["a-01"]

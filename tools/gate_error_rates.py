@@ -21,7 +21,8 @@ counts, with Clopper-Pearson 95% intervals:
 - A/B gate runs: A session i against B session i: the slowed strategy's tokens/s verdict;
 - A/B gate runs at the sessions a side the gate itself recommends for the slowed configuration
   (printed per run as "Sessions a side that catch a 10% slowdown"), where there are that many
-  sessions of each: disjoint groups of k A sessions against k B sessions.
+  sessions of each: disjoint groups of k A sessions against k B sessions; and A/A gate runs at
+  that k: disjoint groups of k A sessions against the next k.
 
 A SIGINT or SIGTERM to collect ends the session running (pytest and what it started) and collect.
 """
@@ -194,9 +195,13 @@ def a_b(a: list[Path], b: list[Path], strategy: str) -> list[str]:
         at_k.add(
             _verdicts(run_gate(records(side_a), records(side_b), GateBounds()), strategy)[REGRESSION] > 0
         )
+    same = Tally(f"A/A gate runs at {k} sessions a side failed (any REGRESSION)")
+    for g in range(len(a) // (2 * k)):
+        first, second = a[2 * g * k : (2 * g + 1) * k], a[(2 * g + 1) * k : (2 * g + 2) * k]
+        same.add(run_gate(records(first), records(second), GateBounds()).exit_code == 1)
     if not groups:
         return [*out, f"  A/B at {k} sessions a side: not measured ({len(a)} A and {len(b)} B sessions)"]
-    return [*out, at_k.line()]
+    return [*out, at_k.line(), same.line()]
 
 
 def analyse(root: Path, strategy: str) -> None:

@@ -134,7 +134,15 @@ def main() -> None:
         help="write there instead (llmbench reads it from $LLMBENCH_SESSION_SPREAD)",
     )
     args = parser.parse_args()
-    rows = pooled(args.folders)
+    # each folder that holds runs, by name: the file says exactly what it was measured from, and a
+    # results folder added later changes it only when the tool is run again
+    folders = [
+        f
+        for root in args.folders
+        for f in sorted(root.iterdir())
+        if f.is_dir() and any(f.rglob("result.json"))
+    ]
+    rows = pooled(folders)
     heads = ("device", "workload", "strategy", "sd", "df", "sessions", "groups", "largest")
     print("{:<22} {:<10} {:<14} {:>7} {:>4} {:>8} {:>6} {:>8}".format(*heads))
     for r in rows:
@@ -150,7 +158,7 @@ def main() -> None:
             + " ".join(str(f) for f in args.folders)
             + " --write",
             "date": datetime.date.today().isoformat(),
-            "sources": [str(f) for f in args.folders],
+            "sources": [str(f) for f in folders],
             "min_df": MIN_DF,
             "spreads": kept,
         }

@@ -46,7 +46,10 @@ def _table(path: Path = PRIOR_FILE) -> dict[tuple[str, str, str], Prior]:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return {}  # no prior: every comparison without sessions or history of its own is untested
-    where = f"{', '.join(doc.get('sources') or [])}, {doc.get('date', '')}"
+    sources = doc.get("sources") or []
+    # the saved results' root ('docs/results'), not every folder under it, in each line
+    roots = dict.fromkeys(str(Path(s).parent) if len(sources) > 1 else s for s in sources)
+    where = f"{', '.join(roots)}, {doc.get('date', '')}"
     out = {}
     for e in doc.get("spreads") or []:
         what = "every strategy" if e["strategy"] == "*" else e["strategy"]

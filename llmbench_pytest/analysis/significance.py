@@ -51,9 +51,6 @@ if TYPE_CHECKING:
 OK, IMPROVED, INCONCLUSIVE, REGRESSION = "ok", "improved", "inconclusive", "REGRESSION"
 REPEATS, HISTORY, EXACT, BOUND_ONLY = "repeats", "history spread", "exact", "bound only"
 
-MIN_STEPS = 8
-"""The step count the README's CPU example measures (tests/test_readme_commands.py imports it);
-no method here needs it any more."""
 PERMUTATIONS = 1999
 """Permutations of the history test: the smallest p-value is 1 / 2000."""
 SEED = 20_240_601

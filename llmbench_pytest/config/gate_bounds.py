@@ -4,8 +4,8 @@ Standard library only. `llmbench gate` builds GateBounds from its options; insid
 `--llmbench-gate-bounds=tokens=3%,step_time=5%,memory=10%,alpha=0.01,history=20` is parsed here
 when the options are, at session start, so a typo costs a second, not a training session. Each
 error is a SpecError with one line: the setting, the value, the fix (the option parser puts the
-option's name in front). The statistics that use these live in analysis/significance.py and
-report/gate/run.py.
+option's name in front). The statistics that use these live in analysis/decision.py (speed),
+analysis/significance.py (memory, the history) and report/gate/.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from .spec import SpecError
 DEFAULT_HISTORY = 20
 """Earlier runs per configuration `llmbench gate --history` looks at unless told otherwise."""
 MIN_SPREAD_RUNS = 5
-"""Earlier runs of a configuration from which a run-to-run spread is measured (one run a side)."""
+"""Earlier sessions of a configuration from which a history measures the spread between sessions
+(analysis/decision.py); with fewer, the prior measured for the strategy stands in."""
 
 
 def min_history(alpha: float) -> int:

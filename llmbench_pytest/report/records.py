@@ -282,20 +282,21 @@ def record_from_result(d: Mapping[str, Any], source: str) -> Record:
 
 def _sessions(ok: list[Record]) -> tuple[tuple[float, ...], float]:
     """Each session's mean step time (geometric, over its runs), in the order the sessions came,
-    and the largest standard deviation of a session's log mean from inside it (its runs' own
-    intervals, or the spread of its repeats)."""
+    and the standard deviation of a session's log mean from inside it (its runs' own intervals, or
+    the spread of its repeats), as the root mean square over the sessions: the mean of k sessions
+    has the average of their variances over k, so one noisy session does not stand for them all."""
     by: dict[str, list[Record]] = {}
     for r in ok:
         if r.step_time:
             by.setdefault(r.session, []).append(r)
-    means, floors = [], [0.0]
+    means, floors = [], []
     for runs in by.values():
         logs = [math.log(r.step_time or 1.0) for r in runs]
         means.append(math.exp(statistics.fmean(logs)))
         own = math.sqrt(statistics.fmean(r.mean_sd**2 for r in runs) / len(runs))
         between = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
         floors.append(max(own, between))
-    return tuple(means), max(floors)
+    return tuple(means), math.sqrt(statistics.fmean(f * f for f in floors)) if floors else 0.0
 
 
 def merge_repeats(records: Iterable[Record]) -> list[Record]:
