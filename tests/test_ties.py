@@ -192,6 +192,9 @@ def test_recommendation_names_a_difference_outside_the_noise_plainly(tmp_path: P
         "sessions (prior)).",
         "- **zero2** needs the least memory: 26.0 GB peak GPU allocated, 13% less than fsdp_grad_op, for 3% "
         "less throughput (232,725 tokens/s).",
+        # where the spread came from: the prior's own words, its device, sessions and source
+        "- The spread between sessions is from prior: fsdp_grad_op, causal_lm, on NVIDIA H100 80GB HBM3: 10 "
+        "sessions in 2 groups (tests, 2026-11-28); *",
     )
     assert "tied" not in md.split("## Results")[0]
 

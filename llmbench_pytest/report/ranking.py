@@ -220,7 +220,7 @@ def methods(gaps: Iterable[Gap]) -> str:
 
 def sources(gaps: Iterable[Gap]) -> list[str]:
     """Where the spreads behind some gaps came from, each once."""
-    return list(dict.fromkeys(g.source for g in gaps if g.source))
+    return list(dict.fromkeys(part for g in gaps if g.source for part in g.source.split("; ")))
 
 
 def tied_phrase(names: Sequence[str], intervals: Sequence[float | None]) -> str:

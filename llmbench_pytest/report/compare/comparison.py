@@ -28,7 +28,7 @@ from tabulate import tabulate
 
 from .. import fmt
 from ..configs import strategy_rank
-from ..ranking import Ranking, Speeds, and_list, methods
+from ..ranking import Ranking, Speeds, and_list, methods, sources
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -238,6 +238,9 @@ class Comparison:
                 "2 or more sessions an input measures it."
             )
         out += [line for key, v in self.verdicts().items() if (line := tie_line(key, v))]
+        spreads = sources(g for v in self.verdicts().values() if v.speed for g in v.speed.gaps[1:])
+        if spreads:
+            out.append(f"spread between sessions from: {'; '.join(spreads)}.")
         if self.priced:
             out.append(
                 "cost: $/GPU-hour x world size / 3600 / (tokens/s or samples/s); "

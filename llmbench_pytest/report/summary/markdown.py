@@ -171,6 +171,9 @@ def _recommendations(recs: Sequence[Recommendation]) -> list[str]:
     for rec in recs:
         out += ["", f"### {rec.title}", ""]
         out += [f"- {s}" for s in rec.sentences()]
+        spreads = rec.spread_sources()
+        if spreads:
+            out.append(f"- The spread between sessions is from {'; '.join(spreads)}.")
         searched = markdown_workloads.batch_sentence([r for c in rec.configs for r in c.runs])
         if searched:
             out.append(f"- {searched}")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from .. import fmt
 from ..configs import Config, ConfigKey, scenario_title
-from ..ranking import Ranking, Speeds, and_list, methods, record_of
+from ..ranking import Ranking, Speeds, and_list, methods, record_of, sources
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -125,6 +125,11 @@ class Recommendation:
         """No run finished, and none ran out of memory: an error, an interruption, a run still in
         progress or one whose session was killed (unfinished). Not a verdict on memory."""
         return [c for c in self.configs if not c.fits and not _out_of_memory(c)]
+
+    def spread_sources(self) -> list[str]:
+        """Where the spreads between sessions behind the speed sentences came from, each once."""
+        rank = self.speed
+        return sources(rank.gaps[1:]) if rank is not None else []
 
     def sentences(self) -> list[str]:
         out: list[str] = []
