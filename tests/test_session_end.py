@@ -7,8 +7,8 @@ import pytest
 
 from conftest import RUNS
 
-# eight measured steps a run, fixed: enough for the gate's per-step bootstrap (MIN_STEPS), so the
-# gate below is judged the same way in every session, whatever an adaptive measurement would stop at
+# eight measured steps a run, fixed, so the gate below is judged the same way in every session,
+# whatever an adaptive measurement would stop at
 ARGS = [
     "benchmarks",
     "--llmbench-launch=inprocess",

@@ -243,7 +243,7 @@ def check_peak_prediction(result: Mapping[str, Any]) -> CheckOutcome:
         return CheckOutcome(name, None, f"not predicted: {why}")
     if result.get("device") != "cuda":
         # the reason comes first: the report's summary names a no-verdict by its first clause
-        # (report/markdown_checks.py), beside its count in parentheses
+        # (report/summary/markdown_checks.py), beside its count in parentheses
         return CheckOutcome(
             name, None, "the peak on a CPU is the process's resident set, libraries included: no "
             f"verdict on a CPU against the {predicted:.3f} GB predicted for a GPU", None, predicted,

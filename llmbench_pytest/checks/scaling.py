@@ -6,7 +6,7 @@ configuration at the smallest world size N0 measured in the session:
 at least --llmbench-min-scaling. The default, 60%, is the benchmark card's own line: it puts 2 GPUs
 at 50% as its baseline and calls "<30% at 4 GPUs" a reason to investigate, which against its 2-GPU
 baseline is 30/50 = 60% of linear. It is also where the report names "poor scaling"
-(report/recommend.py). Measured on 2x H200 (llama-1b, weak scaling against one GPU): ddp 96%, fsdp
+(report/summary/recommend.py). Measured on 2x H200 (llama-1b, weak scaling against one GPU): ddp 96%, fsdp
 97%, fsdp_grad_op 98%, zero0 98%, zero1 102%, zero2 104%, zero3 95%, all far above it; zero2_offload
 40% and zero3_offload 35% below it, and rightly failed: two GPUs delivered less than one (torchrun
 gave each rank OMP_NUM_THREADS=1, so DeepSpeed's CPU Adam ran on one thread per rank instead of 32;

@@ -46,6 +46,8 @@ class RecordKey(NamedTuple):
     fused_loss: str = "none"
     fp8: str = "none"
     attention: str = "default"
+    settings_variant: str = ""
+    """A strategy setting swept off its default (config/strategy_settings.py): its own configuration."""
 
     def label(self) -> str:
         ckpt = (" ckpt" if self.grad_ckpt else "") + (" compile" if self.compile else "")
@@ -56,6 +58,7 @@ class RecordKey(NamedTuple):
         ckpt += f" loss-{self.fused_loss}" if self.fused_loss != "none" else ""
         ckpt += f" fp8-{self.fp8}" if self.fp8 != "none" else ""
         ckpt += f" attn-{self.attention}" if self.attention != "default" else ""
+        ckpt += f" {self.settings_variant}" if self.settings_variant else ""
         return (
             f"{self.strategy} ws{self.world_size} seq{self.seq_len} {self.model} "
             f"b{self.per_device_batch}x{self.grad_accum} {self.dtype}{ckpt}"
@@ -191,6 +194,7 @@ def key_of(d: Mapping[str, Any]) -> RecordKey:
         fused_loss=str(d.get("fused_loss") or "none"),
         fp8=str(d.get("fp8") or "none"),
         attention=str(d.get("attention") or "default"),
+        settings_variant=str(d.get("settings_variant") or ""),
     )
 
 

@@ -1,7 +1,7 @@
 """What rank 0 does when a session ends: the report (--llmbench-report) and the regression gate
 (--llmbench-gate). pytest-benchmark's own --benchmark-compare-fail only knows time, and its
 compare command cannot fail; this gate also fails on tokens/s and memory, and only on a change
-that is significant as well as beyond its bound (report/gate.py).
+that is significant as well as beyond its bound (report/gate/run.py, the decision in analysis/decision.py).
 """
 
 from __future__ import annotations

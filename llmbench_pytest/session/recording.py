@@ -39,8 +39,9 @@ EXTRA_KEYS = (
     "last_loss",
     "status",
     "repeats",
-    # one run a side: the gate bootstraps these per-step times (pytest-benchmark keeps its own
-    # copy only with --benchmark-save-data)
+    # a session's own noise, the floor under the spread between sessions (analysis/decision.py),
+    # comes from these per-step times (pytest-benchmark keeps its own copy only with
+    # --benchmark-save-data)
     "step_times_sec",
     "node_shared",
     "side_by_side",
