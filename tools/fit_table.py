@@ -96,7 +96,10 @@ def row(path: Path, result: dict[str, Any], device_fallback: float | None, nvml_
         "device_gb": device,
         "fits": verdict,
         "close": fit.close(predicted, device) if verdict is not None else None,
-        "verdict_right": None if verdict is None or ran is None else verdict == ran,
+        # a close verdict is "run it to know" (llmbench plan says close, not yes or no): not judged
+        "verdict_right": None
+        if verdict is None or ran is None or fit.close(predicted, device)
+        else verdict == ran,
         "alloc_retries": retries,
         "outside_allocator_gb": _outside_allocator(result, nvml_mib),
         "failed_checks": [c.get("name") for c in result.get("checks") or [] if c.get("passed") is False],
@@ -114,9 +117,7 @@ def markdown(rows: list[dict]) -> str:
     lines = [head, "|" + "---|" * 14]
     for r in rows:
         settings = ", ".join(f"{k}={v}" for k, v in r["settings"].items()) or "defaults"
-        fits = (
-            "-" if r["fits"] is None else ("yes" if r["fits"] else "no") + (" (close)" if r["close"] else "")
-        )
+        fits = "-" if r["fits"] is None else "close" if r["close"] else ("yes" if r["fits"] else "no")
         right = {True: "yes", False: "**no**", None: "-"}[r["verdict_right"]]
         gap = _cell(r["gap"], "{:+.1%}") + (" **" if r["gap"] is not None and abs(r["gap"]) > 0.10 else "")
         lines.append(
@@ -139,7 +140,8 @@ def summary(rows: list[dict]) -> str:
     parts = [
         f"{len(rows)} runs; peaks within {peak_model.PEAK_TOLERANCE:.0%}: {len(within)} of {len(ran)}"
         + (f" ({min(gaps):+.1%} to {max(gaps):+.1%})" if gaps else ""),
-        f"plan's fit verdict right: {len(right)} of {len(judged)} ran or ran out of memory",
+        f"plan's fit verdict right: {len(right)} of {len(judged)} that ran or ran out of memory",
+        _close_line(rows),
         f"healthy runs with a failed check: {len(failed)}"
         + "".join(
             f"\n  {r['strategy']} ws{r['world_size']} b{r['batch']} s{r['seq_len']}: "
@@ -160,6 +162,16 @@ def summary(rows: list[dict]) -> str:
             f"{r['alloc_retries']} allocator retries, reserved/allocated {_cell(ratio, '{:.3f}')}"
         )
     return "\n".join(parts)
+
+
+def _close_line(rows: list[dict]) -> str:
+    """The runs plan called close (run it to know), and what each did."""
+    close = [r for r in rows if r["close"] and r["status"] in ("ok", "oom")]
+    ran = sum(r["status"] == "ok" for r in close)
+    return (
+        f"plan said close (within {fit.NEAR:.0%} of the limit): {len(close)}, of which {ran} ran and "
+        f"{len(close) - ran} ran out of memory"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -397,7 +397,7 @@ def format_table(req: PlanRequest, rows: list[PlanRow]) -> str:
         lines.append(
             f"{r.strategy:<15}{parts['model_states']:>8.2f}{parts['activations']:>8.2f}{parts['temporaries']:>8.2f}"
             f"{parts['buffers']:>9.2f}{p.allocated_gb:>8.2f}{p.reserved_gb:>10.2f}  "
-            f"{'yes' if p.fits(device) else 'no':<5}"
+            f"{_verdict(p.allocated_gb, device, p.fits(device)):<5}"
             f"{r.largest_batch:>14}"
         )
     lines += [
@@ -416,10 +416,17 @@ def format_table(req: PlanRequest, rows: list[PlanRow]) -> str:
     near = [r.strategy for r in rows if fit.close(r.prediction.allocated_gb, device)]
     if near:
         lines.append(
-            f"Close ({', '.join(near)}): within {fit.NEAR:.0%} of the {usable:.1f} GB, where the "
-            "prediction's own error can turn the answer."
+            f"close ({', '.join(near)}): within {fit.NEAR:.0%} of the {usable:.1f} GB, where the "
+            "prediction's own error can turn the answer either way: run it to know."
         )
     return "\n".join(lines)
+
+
+def _verdict(allocated_gb: float, device_gb: float, fits: bool) -> str:
+    """yes, no, or close: too near the limit for the prediction to tell (fit.close)."""
+    if fit.close(allocated_gb, device_gb):
+        return "close"
+    return "yes" if fits else "no"
 
 
 def plot(rows: list[PlanRow], capacity: float, title: str, path: Path) -> None:
