@@ -85,6 +85,12 @@ def test_one_profiled_step_the_window_does_not_bear_out_names_none():
         (host,) = [m for m in found["measures"] if m["name"] == "host"]
         assert host["excess_sec"] > host["bound_sec"] and not host["named"]
         assert "not borne out" in host["note"] or "no GPU utilization" in host["note"]
+    # two ranks (the suite's healthy LoRA zero3 on 2x H200: 0.764 s idle against 0.061 s in the
+    # profiled step, utilization 52% against 66%): one other rank gives no spread to hold it to
+    pair = [rank(r, steady(0.0008), trace(idle[r * 3]), (66.0, 51.7)[r]) for r in range(2)]
+    found = find(pair, [1.005 * (1 + 0.15 * ((i % 3) - 1)) for i in range(13)], "cuda")
+    assert found is not None and found["rank"] is None, found
+    assert "two ranks" in next(m for m in found["measures"] if m["name"] == "host")["note"]
 
 
 def test_one_rank_has_no_straggler():

@@ -13,7 +13,8 @@ rank's own work, each compared between the ranks:
 - host: on a GPU, the device idle in the profiled steps (it waited for its host); the others,
   waiting in a collective, run NCCL's kernel meanwhile and are busy. Named only where the window
   bears it out: that rank's GPU utilization over the window (NVML) lower than the others' by
-  more than three times their spread (_borne_out).
+  more than three times their spread (_borne_out); at two ranks, with no spread to hold it to,
+  the window cannot, and the host measure names no one.
 
 A rank is named when one measure of it exceeds the median of the others' by more than three
 times their noise, and by more than the mean step is known to: its 95% interval, or the
@@ -138,6 +139,11 @@ def _borne_out(m: Measure, ranks: Sequence[Mapping[str, Any]]) -> Measure:
     if any(v is None for v in util.values()):
         return replace(m, named=False, note="no GPU utilization over the window to bear it out")
     others = [v for r, v in util.items() if r != m.slowest_rank]
+    if len(others) < 2:
+        # healthy ZeRO-3 pairs differ by 3 to 33 points (4x H200, 2026-11-28): one other rank
+        # cannot say how far a healthy pair's utilization differs
+        note = "two ranks: the window cannot tell a slow host from a healthy pair"
+        return replace(m, named=False, note=note)
     base = statistics.median(others)
     spread = max(max(others) - min(others), UTIL_FLOOR_POINTS)
     below = base - util[m.slowest_rank]
