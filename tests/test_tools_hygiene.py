@@ -243,6 +243,11 @@ TOOLS = [
             "docs/results/2026-11-27-h200x2-side-by-side/runs/pretrain-final-side-by-side",
         ],
         ["tools/suite_plan.py", "docs/results/2026-11-27-h200x2-many-gpus/tta_pretrain.json", "--gpus=2,8"],
+        [
+            "tools/gate_replay.py",
+            "docs/results/2026-11-26-h100-pretrain-fresh-host-2/runs.tgz",
+            "--max-pairs=1",
+        ],
     ],
     [["tools/time_xdist.py", "-n", "1", "--", *SMALL]],
     [
