@@ -4,6 +4,7 @@ Every rank runs pytest; rank 0 alone prints and writes; the ranks agree on colle
 every outcome, so a skip or failure on one rank can neither deadlock nor go unreported.
 """
 
+import itertools
 import json
 import socket
 import subprocess
@@ -36,9 +37,17 @@ def test_every_strategy_trains_on_two_ranks_and_shards(bench):
     for name, run in runs.items():
         states = next(c for c in run["checks"] if c["name"] == "model_states")
         assert states["passed"] is (None if "offload" in name else True), states
-    states = {name: run["model_state_gb"] for name, run in runs.items()}
-    assert states["zero3"] < states["zero2"] < states["zero1"] < states["ddp"]
-    assert states["fsdp"] < states["ddp"]
+    # the states fall in the order their predictions give wherever the predictions are 10% apart;
+    # the order by name holds for the strategies that keep no bucket of the model's size (ZeRO-3
+    # keeps a reduce bucket of up to the model's size, config/strategy_settings.py: on a model this
+    # small it outweighs what ZeRO-3 shards beyond ZeRO-2)
+    states = {name: run["model_state_gb"] for name, run in runs.items() if "offload" not in name}
+    predicted = {name: runs[name]["model_state_predicted_gb"] for name in states}
+    for a, b in itertools.permutations(states, 2):
+        if predicted[a] < 0.9 * predicted[b]:
+            assert states[a] < states[b], (a, b, states, predicted)
+    assert states["zero2"] < states["zero1"] < states["ddp"] and states["fsdp"] < states["ddp"]
+    assert states["zero3"] < states["ddp"]
     assert (bench.path / "junit.xml").read_text().count("<testcase") == len(DEFAULT_STRATEGIES)
     assert (
         len(json.loads((bench.path / "bench.json").read_text())["benchmarks"]) == len(DEFAULT_STRATEGIES) - 1
