@@ -77,3 +77,34 @@ def test_an_interval_wider_than_the_mean_is_refused_with_the_fix(given, shown):
         f"reaches below zero and accepts any run; got {given!r}: write 0.1 or 10%"
     )
     assert SessionOptions().with_values({"max_interval": "100%"}, "ini").max_interval == 1.0
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["report", "{a}"],
+        ["scale", "{a}"],
+        ["compare", "{a}", "{a}"],
+        ["gate", "--baseline", "{a}", "--current", "{a}"],
+    ],
+    ids=["report", "scale", "compare", "gate"],
+)
+def test_an_archive_of_results_is_refused_in_one_line(tmp_path, command):
+    """docs/results keeps sessions as .tgz files: given one, each command says to unpack it (it
+    printed a UnicodeDecodeError's traceback, or "'utf-8' codec can't decode byte 0x8b")."""
+    import subprocess
+    import sys
+    import tarfile
+
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "result.json").write_text("{}")
+    archive = tmp_path / "runs.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "runs", arcname="runs")
+    args = [a.replace("{a}", str(archive)) for a in command]
+    out = subprocess.run(
+        [sys.executable, "-m", "llmbench_pytest.cli", *args], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert "archive" in line and "tar xf" in line and "give the folder" in line, line

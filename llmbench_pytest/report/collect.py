@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tarfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,6 +230,12 @@ def load_results(results_dir: Path | str, only: Iterable[Path | str] | None = No
     Raises ReportError when the folder is missing or holds no readable result.
     """
     root = Path(results_dir)
+    if root.is_file() and tarfile.is_tarfile(root):
+        # docs/results keeps sessions as archives: read from an unpacked copy
+        raise ReportError(
+            f"{root} is an archive, not a results folder: unpack it (mkdir runs && tar xf {root} -C runs) "
+            "and give the folder"
+        )
     if root.is_file():
         return Collection(root.parent, [read_run(root)])
     if not root.exists():

@@ -86,6 +86,12 @@ def read_json(path: Path) -> Any:
         raise ReportError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     except json.JSONDecodeError as exc:
         raise ReportError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        # a .tgz of a results folder (docs/results keeps them so) or another binary file
+        raise ReportError(
+            f"{path}: not a JSON text file; an archive of a results folder must be unpacked first "
+            "(mkdir runs && tar xf FILE -C runs), then give the folder"
+        ) from None
 
 
 _COUNTER = re.compile(r"^(\d+)_")  # pytest-benchmark names saved runs NNNN_<name>.json
