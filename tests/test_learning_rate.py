@@ -13,11 +13,10 @@ from llmbench_pytest.config.learning_rate import (
     GPT3_PEAK_LR,
     SMALL_MODEL_LR,
     default_lr,
-    estimated_params,
     pretraining_lr,
 )
 from llmbench_pytest.config.options import SessionOptions
-from llmbench_pytest.config.presets import model_names, resolve_model
+from llmbench_pytest.config.presets import estimated_params, model_names, resolve_model
 from llmbench_pytest.launch.matrix import build_matrix
 
 H200 = Hardware(device="cuda", gpu_name="NVIDIA H200", gpu_count=1, device_gib=139.8, bf16=True, cpu_cores=16)
@@ -49,7 +48,7 @@ def test_only_pretraining_follows_the_size():
     assert default_lr("causal_lm", None) == SMALL_MODEL_LR
 
 
-@pytest.mark.parametrize("name", [n for n in model_names() if not n.startswith("encdec")])
+@pytest.mark.parametrize("name", model_names())
 def test_the_estimate_is_close_to_what_transformers_builds(name):
     """The recorded counts (models.toml, checked against transformers by test_presets) against the
     estimate used where none is recorded."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
 
 GPT3_PEAK_LR: tuple[tuple[float, float], ...] = (
     (125e6, 6.0e-4),
@@ -58,31 +57,3 @@ def default_lr(workload: str, params: int | None) -> float:
         return SMALL_MODEL_LR
     return pretraining_lr(params)
 
-
-def estimated_params(config: dict[str, Any]) -> int | None:
-    """A decoder's parameter count from its config, for a model whose count was not recorded (a
-    local config.json, or a preset with --llmbench-model-config): each layer's attention (query and
-    output H^2 each, key and value H^2 times the share of key-value heads) and MLP (3 H I gated, as
-    Llama's, else 2 H I), and the embedding, counted twice where the LM head is not tied to it.
-    Within 7% of what transformers builds for every preset (tests/test_learning_rate.py)."""
-    hidden = _first(config, ("hidden_size", "n_embd", "d_model"))
-    layers = _first(config, ("num_hidden_layers", "n_layer", "num_layers"))
-    vocab = _first(config, ("vocab_size",))
-    if not (hidden and layers and vocab):
-        return None
-    gated = "intermediate_size" in config  # Llama and Mistral: gate, up and down projections
-    inner = _first(config, ("intermediate_size", "n_inner")) or 4 * hidden
-    heads = _first(config, ("num_attention_heads", "n_head")) or 1
-    kv_share = (_first(config, ("num_key_value_heads",)) or heads) / heads
-    attention = (2 + 2 * kv_share) * hidden * hidden
-    mlp = (3 if gated else 2) * hidden * inner
-    tied = config.get("tie_word_embeddings", not gated)  # GPT-2 ties its head by default
-    return int(layers * (attention + mlp) + (1 if tied else 2) * vocab * hidden)
-
-
-def _first(config: dict[str, Any], keys: tuple[str, ...]) -> int | None:
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None

@@ -142,6 +142,41 @@ def _first(config: dict[str, Any], keys: tuple[str, ...], default: Any) -> Any:
     return default
 
 
+def params_of(preset: ModelPreset) -> int | None:
+    """The model's parameter count: the one its preset records (models.toml, checked against what
+    transformers builds by tests/test_presets.py), else estimated from its config's shapes."""
+    return preset.params or estimated_params(preset.config)
+
+
+def estimated_params(config: dict[str, Any]) -> int | None:
+    """A model's parameter count from its config, for one whose count is not recorded (a local
+    config.json, or a preset with --llmbench-model-config): each layer's attention (query and output
+    H^2 each, key and value H^2 times the share of key-value heads; an encoder-decoder's decoder
+    layers attend twice) and MLP (3 H I gated, as Llama's, else 2 H I), and the embedding, counted
+    twice where the LM head is not tied to it (an encoder-decoder: source and target). Within 7% of
+    the recorded counts of every preset (tests/test_learning_rate.py). None without the shapes."""
+
+    def size(*keys: str) -> int:
+        value = _first(config, keys, 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+    hidden, vocab = size("hidden_size", "n_embd", "d_model"), size("vocab_size")
+    gated = "intermediate_size" in config  # Llama and Mistral: gate, up and down projections
+    inner = size("intermediate_size", "n_inner", "dim_feedforward") or 4 * hidden
+    heads = size("num_attention_heads", "n_head", "nhead") or 1
+    attention = (2 + 2 * (size("num_key_value_heads") or heads) / heads) * hidden * hidden
+    mlp = (3 if gated else 2) * hidden * inner
+    encoder, decoder = size("num_encoder_layers"), size("num_decoder_layers")
+    if encoder or decoder:
+        layers, embeddings = encoder * (attention + mlp) + decoder * (2 * attention + mlp), 2
+    else:
+        layers = size("num_hidden_layers", "n_layer", "num_layers") * (attention + mlp)
+        embeddings = 1 if config.get("tie_word_embeddings", not gated) else 2  # GPT-2 ties its head
+    if not (hidden and vocab and layers):
+        return None
+    return int(layers + embeddings * vocab * hidden)
+
+
 @dataclass(frozen=True, slots=True)
 class Tier:
     name: str

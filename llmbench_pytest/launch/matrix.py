@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config.datasets import check_data_dir, with_epoch_steps
-from ..config.learning_rate import default_lr, estimated_params
+from ..config.learning_rate import default_lr
 from ..config.presets import (
     ENCDEC_CONFIG_KEYS,
     ModelPreset,
     default_model,
     model_names,
+    params_of,
     resolve_model,
     tier_for_memory,
     tiers,
@@ -260,7 +261,7 @@ def build_matrix(
         return [MatrixEntry(f"{opts.workload}-{preset.name}", None, mismatch, wrong_model=True)]
     seq_lens = _checked_inputs(opts, preset)
     check_technique_options(opts, hw)
-    common = _common_fields(opts, hw, model, tier)
+    common = _common_fields(opts, hw, model, tier, params_of(preset))
     entries = []
     # world size first: consecutive configurations share a world size, so the launcher's warm ranks
     # serve them one after another instead of being restarted at every change of world size
@@ -293,8 +294,11 @@ def _checked_inputs(opts: SessionOptions, preset: ModelPreset) -> tuple[int, ...
     return seq_lens
 
 
-def _common_fields(opts: SessionOptions, hw: Hardware, model: str, tier: str) -> dict[str, Any]:
-    """The RunSpec fields every configuration of this benchmark shares."""
+def _common_fields(
+    opts: SessionOptions, hw: Hardware, model: str, tier: str, params: int | None
+) -> dict[str, Any]:
+    """The RunSpec fields every configuration of this benchmark shares (`params`: the model's
+    parameter count, for the default learning rate)."""
     cuda = hw.device == "cuda"
     dtype = (
         opts.dtype if opts.dtype != "auto" else ("bf16" if cuda and hw.bf16 else "fp16" if cuda else "fp32")
@@ -310,7 +314,7 @@ def _common_fields(opts: SessionOptions, hw: Hardware, model: str, tier: str) ->
         "memory_limit_gb": opts.vram_limit_gb,
         "run_unfit": opts.run_unfit,
         "tier": tier,
-        "lr": opts.lr if opts.lr is not None else default_lr(opts.workload, _params_of(model, opts)),
+        "lr": opts.lr if opts.lr is not None else default_lr(opts.workload, params),
         "seed": opts.seed,
         "device": hw.device,
         "compile": opts.compile,
@@ -326,12 +330,6 @@ def _common_fields(opts: SessionOptions, hw: Hardware, model: str, tier: str) ->
         "warmup_epochs": opts.warmup_epochs,
         "shard_mb": opts.shard_mb,
     }
-
-
-def _params_of(model: str, opts: SessionOptions) -> int | None:
-    """The model's parameter count, recorded in its preset or estimated from its config."""
-    preset = resolve_model(model, opts.model_config)
-    return preset.params or estimated_params(preset.config)
 
 
 def _strategy_entries(

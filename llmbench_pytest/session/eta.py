@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..config.presets import resolve_model
+from ..config.presets import params_of, resolve_model
 from ..config.spec import SpecError
 
 if TYPE_CHECKING:
@@ -88,18 +88,7 @@ def _params(spec: RunSpec) -> float:
         preset = resolve_model(spec.model, spec.model_config)
     except SpecError:
         return _UNKNOWN_PARAMS
-    if preset.params:
-        return float(preset.params)
-    c = preset.config
-    width = c.get("hidden_size") or c.get("n_embd") or c.get("d_model")
-    layers = (
-        c.get("num_hidden_layers")
-        or c.get("n_layer")
-        or ((c.get("num_encoder_layers") or 0) + (c.get("num_decoder_layers") or 0))
-    )
-    if not width or not layers:
-        return _UNKNOWN_PARAMS
-    return 12.0 * layers * width**2 + 2.0 * c.get("vocab_size", 32000) * width
+    return float(params_of(preset) or _UNKNOWN_PARAMS)
 
 
 def _window_s(spec: RunSpec, step_s: float) -> float:
