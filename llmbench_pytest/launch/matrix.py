@@ -366,7 +366,16 @@ def _strategy_entries(
         skip = (
             (_too_big(world_size, hw) if launched else None)
             or off_source
-            or (_one_size_source(opts, world_size, source) if source != sources[0] else None)
+            or (
+                _at_one_size(
+                    opts,
+                    world_size,
+                    f"the {source} data source",
+                    f"what reading from {source} costs a step is measured",
+                )
+                if source != sources[0]
+                else None
+            )
             or technique_skip(techniques, info, opts.workload, preset, hw)
         )
         if skip:
@@ -403,25 +412,14 @@ def at_every_size(opts: SessionOptions) -> bool:
     return opts.every_size or opts.world_sizes is not None
 
 
-def _one_size_source(opts: SessionOptions, world_size: int, source: str) -> str | None:
-    """Why a second data source does not run at this world size, or None."""
+def _at_one_size(opts: SessionOptions, world_size: int, what: str, answered: str) -> str | None:
+    """Why a question of one GPU (`what`, answered at world size 1: `answered`) does not run at this
+    world size, or None where it does."""
     if world_size == 1 or at_every_size(opts):
         return None
     return (
-        f"the {source} data source runs at world size 1 by default, where what reading from {source} "
-        f"costs a step is measured; --llmbench-every-size, or naming the sizes with "
-        f"--llmbench-world-sizes, runs it at world size {world_size} too"
-    )
-
-
-def _one_size_diagnostic(opts: SessionOptions, world_size: int) -> str | None:
-    """Why the LoRA diagnostic matrix does not run at this world size, or None."""
-    if world_size == 1 or at_every_size(opts):
-        return None
-    return (
-        "the LoRA diagnostic matrix runs at world size 1 by default, where which variant fits and what "
-        "it costs are answered; --llmbench-every-size, or naming the sizes with --llmbench-world-sizes, "
-        f"runs it at world size {world_size} too"
+        f"{what} runs at world size 1 by default, where {answered}; --llmbench-every-size, or naming the "
+        f"sizes with --llmbench-world-sizes, runs it at world size {world_size} too"
     )
 
 
@@ -432,7 +430,16 @@ def _variant_entries(
     named = opts.strategies != DEFAULT_STRATEGIES
     entries = []
     variants = diagnostic_variants(base) if opts.diagnostic else [("", base)]
-    held = _one_size_diagnostic(opts, base["world_size"]) if opts.diagnostic else None
+    held = (
+        _at_one_size(
+            opts,
+            base["world_size"],
+            "the LoRA diagnostic matrix",
+            "which variant fits and what it costs are answered",
+        )
+        if opts.diagnostic
+        else None
+    )
     for variant, kwargs in variants:
         variant_id = f"{test_id}-{variant}" if variant else test_id
         if held:
