@@ -73,6 +73,7 @@ def row(path: Path, result: dict[str, Any], device_fallback: float | None, nvml_
     device = _device_gb(result, device_fallback)
     on_gpu = result.get("device") == "cuda"
     verdict = fit.fits(predicted, device) if (on_gpu and predicted is not None and device) else None
+    close = fit.close(predicted, device) if verdict is not None else None
     status = result.get("status")
     ran = {"ok": True, "oom": False}.get(str(status))
     measured = result.get("peak_vram_gb")
@@ -95,11 +96,9 @@ def row(path: Path, result: dict[str, Any], device_fallback: float | None, nvml_
         "gap": peak_model.gap(measured, predicted) if status == "ok" else None,
         "device_gb": device,
         "fits": verdict,
-        "close": fit.close(predicted, device) if verdict is not None else None,
+        "close": close,
         # a close verdict is "run it to know" (llmbench plan says close, not yes or no): not judged
-        "verdict_right": None
-        if verdict is None or ran is None or fit.close(predicted, device)
-        else verdict == ran,
+        "verdict_right": None if verdict is None or ran is None or close else verdict == ran,
         "alloc_retries": retries,
         "outside_allocator_gb": _outside_allocator(result, nvml_mib),
         "failed_checks": [c.get("name") for c in result.get("checks") or [] if c.get("passed") is False],
