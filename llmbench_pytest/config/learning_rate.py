@@ -56,4 +56,3 @@ def default_lr(workload: str, params: int | None) -> float:
     if workload != "causal_lm" or not params:
         return SMALL_MODEL_LR
     return pretraining_lr(params)
-
