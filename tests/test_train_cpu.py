@@ -82,6 +82,20 @@ def test_default_matrix_every_strategy_at_world_sizes_1_and_2(default_matrix):
     for name in trained:
         scaling = next(c for c in runs[f"{name}-ws2"]["checks"] if c["name"] == "scaling")
         assert scaling["passed"] is None and scaling["measured"] > 0 and "weak scaling" in scaling["message"]
+    # every strategy trains the same model at the same rates: the warm-up's rates reach DeepSpeed's
+    # optimizers (wrapped, offloaded) as they reach torch's, so the losses agree step for step (a
+    # strategy at its peak rate from the first update would part from the others at the second)
+    for ws in (1, 2):
+        reference = runs[f"ddp-ws{ws}"]["losses"]
+        for name in trained:
+            run = runs[f"{name}-ws{ws}"]
+            assert run["strategy_config"]["learning_rate"] == {
+                "schedule": "linear warm-up",
+                "peak": 1e-3,
+                "warmup_updates": 40,
+            }, name
+            shared = min(len(run["losses"]), len(reference))
+            assert run["losses"][:shared] == pytest.approx(reference[:shared], rel=2e-3), name
     assert runs["zero3-ws1"]["strategy_config"]["deepspeed_config"]["zero_optimization"]["stage"] == 3
     # the ops the matrix needs were built (here: found built) beside it, and said so apart
     ahead = json.loads((bench.path / "results" / "latest" / "ops-ahead.json").read_text())

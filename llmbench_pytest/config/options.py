@@ -686,6 +686,15 @@ SETTINGS: tuple[Setting, ...] = (
         _positive_float,
         "LR",
     ),
+    Setting(
+        "lr_warmup",
+        "optimizer updates over which the learning rate rises linearly to its peak, as pre-training "
+        "starts (default: for pre-training, 2 / (1 - beta2) = 40, Ma & Yarats' rule for AdamW; for LoRA "
+        "and the encoder-decoder, 0: the peak from the first update). It moves how the loss falls, not "
+        "the speed.",
+        _non_negative_int,
+        "N",
+    ),
     Setting("seed", "seed for weights and data (default: 1234).", _non_negative_int, "N"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -756,6 +765,7 @@ class SessionOptions:
     find_batch: bool = False
     max_batch: int | None = None
     lr: float | None = None
+    lr_warmup: int | None = None
     seed: int = 1234
     wait_for_gpus: float | None = None
     ops_ahead: str = "auto"

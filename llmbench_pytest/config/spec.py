@@ -191,7 +191,9 @@ class RunSpec:
     nvme_path: str | None = None
     """Directory for NVMe offload (zero3_nvme)."""
     lr: float = 1e-3
-    """AdamW learning rate; high enough that loss visibly falls within a short run."""
+    """AdamW's peak learning rate (config/learning_rate.py)."""
+    lr_warmup: int = 0
+    """Optimizer updates over which the rate rises linearly to `lr` (0: the peak from the first)."""
     seed: int = 1234
     """Seed for weights and synthetic data, the same on every rank."""
     device: Literal["cuda", "cpu"] = "cpu"
@@ -304,6 +306,10 @@ class RunSpec:
             raise SpecError("a profiler trace needs profiled steps: profile_steps must be 1 or more.")
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise SpecError(f"warmup must be a whole number of steps, 0 or more; got {self.warmup!r}.")
+        if not isinstance(self.lr_warmup, int) or self.lr_warmup < 0:
+            raise SpecError(
+                f"lr_warmup must be a whole number of updates, 0 or more; got {self.lr_warmup!r}."
+            )
         if self.dtype not in DTYPES:
             raise SpecError(f"dtype must be one of {', '.join(DTYPES)}; got {self.dtype!r}.")
         if self.offload == "nvme" and not self.nvme_path:

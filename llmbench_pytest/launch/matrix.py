@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config.datasets import check_data_dir, with_epoch_steps
-from ..config.learning_rate import default_lr
+from ..config.learning_rate import default_lr, default_lr_warmup
 from ..config.presets import (
     ENCDEC_CONFIG_KEYS,
     ModelPreset,
@@ -315,6 +315,7 @@ def _common_fields(
         "run_unfit": opts.run_unfit,
         "tier": tier,
         "lr": opts.lr if opts.lr is not None else default_lr(opts.workload, params),
+        "lr_warmup": opts.lr_warmup if opts.lr_warmup is not None else default_lr_warmup(opts.workload),
         "seed": opts.seed,
         "device": hw.device,
         "compile": opts.compile,

@@ -5,6 +5,7 @@
 # one-line summary per run is printed last.
 # RUN_TIMEOUT=SECONDS stops pytest (SIGTERM: the run in progress is recorded as interrupted) and
 # still packs what finished, so one slow slice cannot lose a whole device call.
+# RUN_PACK=0 leaves the packing to the caller (a script that packs several slices as one file).
 set -uo pipefail
 name=$1; shift
 dir=/tmp/llmbench/$name
@@ -13,7 +14,7 @@ limit=()
 [ "${RUN_TIMEOUT:-0}" -gt 0 ] && limit=(timeout --foreground --kill-after=30 "$RUN_TIMEOUT")  # pytest alone: it stops its ranks and records them
 "${limit[@]}" pytest benchmarks/ -p no:cacheprovider -q --llmbench-results-dir="$dir" \
   --benchmark-json="$dir/benchmark.json" "$@" 2>&1 | tail -15
-tar czf "$OUT/$name.tgz" -C /tmp/llmbench "$name"
+[ "${RUN_PACK:-1}" = 1 ] && tar czf "$OUT/$name.tgz" -C /tmp/llmbench "$name"
 python3 - "$dir" <<'PY'
 import glob, json, sys
 # each session's runs are in its own folder (results/storage.py); older layouts had them directly here

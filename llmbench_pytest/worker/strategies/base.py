@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from ...config.learning_rate import ADAM_BETAS
+
 if TYPE_CHECKING:
     from ...config.spec import RunSpec
     from ..built import BuiltModel
@@ -56,9 +58,9 @@ def make_optimizer(params: Any, spec: RunSpec, device: torch.device) -> torch.op
     if spec.optimizer == "paged_adamw_8bit":
         import bitsandbytes as bnb
 
-        return bnb.optim.PagedAdamW8bit(trainable, lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.0)
+        return bnb.optim.PagedAdamW8bit(trainable, lr=spec.lr, betas=ADAM_BETAS, weight_decay=0.0)
     impl = {"fused": True} if device.type == "cuda" else {"foreach": True}
-    return torch.optim.AdamW(trainable, lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.0, **impl)
+    return torch.optim.AdamW(trainable, lr=spec.lr, betas=ADAM_BETAS, weight_decay=0.0, **impl)
 
 
 def compile_blocks(built: BuiltModel) -> int:

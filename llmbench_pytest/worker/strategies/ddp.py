@@ -11,6 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ...config.strategy_settings import DEFAULT, ddp_bucket_mb
 from ..techniques import close_techniques
 from .base import autocast, compile_blocks, make_optimizer, optimizer_kind
+from .lr_schedule import LrSchedule
 
 if TYPE_CHECKING:
     from ...config.spec import RunSpec
@@ -29,6 +30,7 @@ class DDPStrategy:
             built.module, device_ids=device_ids, gradient_as_bucket_view=True, bucket_cap_mb=self.bucket_mb
         )
         self.optimizer = make_optimizer(self.model.parameters(), spec, ctx.device)
+        self.lr = LrSchedule(self.optimizer, spec.lr, spec.lr_warmup)
         # fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none
         self.scaler = torch.amp.GradScaler(ctx.device.type) if spec.dtype == "fp16" else None
 
@@ -42,6 +44,7 @@ class DDPStrategy:
         return loss.detach()
 
     def optimizer_step(self) -> None:
+        self.lr.before_update()
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -58,6 +61,7 @@ class DDPStrategy:
             else "none",
             "loss_scaling": "torch.amp.GradScaler" if self.scaler else None,
             "optimizer": optimizer_kind(self.spec, self.device),
+            "learning_rate": self.lr.describe(),
             "compiled_blocks": self.compiled,
             "settings": {
                 "bucket_cap_mb": {

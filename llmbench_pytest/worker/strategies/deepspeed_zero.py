@@ -16,10 +16,12 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ...config import deepspeed_user
+from ...config.learning_rate import ADAM_BETAS
 from ...config.strategy_settings import axis_settings, merge, zero_defaults
 from ..faults import zero_stage
 from ..techniques import close_techniques
 from .base import compile_blocks, make_optimizer
+from .lr_schedule import LrSchedule
 
 if TYPE_CHECKING:
     import torch
@@ -103,7 +105,7 @@ def build_config(
         zero["offload_optimizer"] = dict(nvme)
         zero["offload_param"] = dict(nvme)
 
-    adam: dict[str, Any] = {"lr": spec.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}
+    adam: dict[str, Any] = {"lr": spec.lr, "betas": list(ADAM_BETAS), "eps": 1e-8, "weight_decay": 0.0}
     if spec.offload == "none":
         # torch's AdamW needs no JIT-built op; fused on GPU is as fast as DeepSpeed's FusedAdam
         adam["torch_adam"] = True
@@ -171,6 +173,9 @@ class DeepSpeedStrategy:
             dist_init_required=False,
         )
         self.version = deepspeed.__version__
+        # a user's config that names a scheduler keeps it (DeepSpeed steps it in engine.step())
+        own = "scheduler" not in self.config
+        self.lr = LrSchedule(self.optimizer, spec.lr, spec.lr_warmup, enabled=own)
 
     def micro_step(self, input_ids: torch.Tensor, last: bool) -> torch.Tensor:
         # DeepSpeed counts micro-steps itself: backward scales by 1/accumulation and step()
@@ -183,6 +188,7 @@ class DeepSpeedStrategy:
         return loss.detach()
 
     def optimizer_step(self) -> None:
+        self.lr.before_update()
         self.engine.step()
 
     def describe(self) -> dict[str, Any]:
@@ -191,6 +197,7 @@ class DeepSpeedStrategy:
             "deepspeed_version": self.version,
             "zero_optimizer": type(self.optimizer).__name__,
             "deepspeed_config": self.config,
+            "learning_rate": self.lr.describe(),
             # the settings that move its speed and memory, and whose they are (default, file, axis)
             "settings": self.settings,
             "deepspeed_config_file": self.spec.deepspeed_config_file,

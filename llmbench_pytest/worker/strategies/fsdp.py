@@ -17,6 +17,7 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from ..techniques import close_techniques
 from .base import AMP_DTYPES, compile_blocks, make_optimizer, optimizer_kind
+from .lr_schedule import LrSchedule
 
 if TYPE_CHECKING:
     from ...config.spec import RunSpec
@@ -47,6 +48,7 @@ class FSDPStrategy:
         self.units = len(blocks) + 1
         self.model = module
         self.optimizer = make_optimizer(module.parameters(), spec, ctx.device)
+        self.lr = LrSchedule(self.optimizer, spec.lr, spec.lr_warmup)
         # fp16 needs loss scaling; the sharded scaler all-reduces "found inf" so that every rank
         # skips the same steps (each rank only sees its own gradient shard)
         self.scaler = ShardedGradScaler(ctx.device.type) if spec.dtype == "fp16" else None
@@ -60,6 +62,7 @@ class FSDPStrategy:
         return loss.detach()
 
     def optimizer_step(self) -> None:
+        self.lr.before_update()
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -79,6 +82,7 @@ class FSDPStrategy:
             else "none",
             "loss_scaling": "ShardedGradScaler" if self.scaler else None,
             "optimizer": optimizer_kind(self.spec, self.device),
+            "learning_rate": self.lr.describe(),
             "compiled_blocks": self.compiled,
             # the pair fsdp / fsdp_grad_op is the blocks' setting swept; the root never reshards
             "settings": {
