@@ -27,7 +27,9 @@ its place.
 
 plan/predict.py makes the trace follow two things a GPU rank computes differently from the module
 the builder makes (LoRA adapters cast to 16 bits by FSDP and DeepSpeed, DeepSpeed's ZeRO-3 linear):
-see its docstring.
+see its docstring. What tracing on a CPU does differently from a GPU rank by itself (causal masks
+and attention dropout with fake tensors, CUDA autocast's float32 ops) is put right for every trace
+by trace_as_gpu.py.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..analysis.peak_model import StepTrace
 from . import trace_cache
 from .device_init import HALF_DTYPES
+from .trace_as_gpu import as_a_gpu_rank_computes
 from .trace_cache import compute_mode, trace_key
 
 __all__ = ["LiveBytes", "TraceUnavailable", "compute_mode", "trace_key", "trace_step"]
@@ -149,11 +152,12 @@ def _traced(spec: RunSpec, mode: str, built: BuiltModel, started: float) -> Step
     module = built.module
     counts = _counts(module, built.block_classes)
     width = 2 * spec.seq_len if spec.workload == "seq2seq" else spec.seq_len
-    batch = torch.randint(0, max(2, built.vocab_size - 1), (spec.per_device_batch, width))
     amp = torch.autocast("cpu", dtype=HALF_DTYPES[spec.dtype]) if mode == "amp" else contextlib.nullcontext()
     params = list(module.parameters())
     live = LiveBytes(params)
-    with live:
+    with as_a_gpu_rank_computes(spec, mode), live:
+        # made inside the count: a rank holds its micro-batch's token ids on the device too
+        batch = torch.randint(0, max(2, built.vocab_size - 1), (spec.per_device_batch, width))
         with amp:
             loss = built.loss(module, batch)
         after_forward = live.current
