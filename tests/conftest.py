@@ -555,3 +555,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for tests in files:
         rng.shuffle(tests)
     items[:] = [item for tests in files for item in tests]
+
+
+@pytest.fixture
+def prior_for_tiny_gpu_runs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """The shipped spreads between sessions, speaking for llama-tiny on the GPUs too: the gate's and
+    compare's tests write synthetic GPU runs of llama-tiny in place of the models the prior was
+    measured on (analysis/decision_prior.py speaks only for those). Its figures are unchanged."""
+    from llmbench_pytest.analysis.decision_prior import PRIOR_FILE
+
+    doc = json.loads(PRIOR_FILE.read_text())
+    for device, shapes in doc["shapes"].items():
+        if device != "CPU":
+            shapes.append(["causal_lm", "llama-tiny", 128, 2])
+    path = tmp_path_factory.mktemp("spread") / "decision_spread.json"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("LLMBENCH_SESSION_SPREAD", str(path))
+    return path

@@ -12,6 +12,9 @@ from test_report import assert_lines, assert_one_line_error, llmbench, make_resu
 
 from llmbench_pytest.session.recording import EXTRA_KEYS
 
+# synthetic GPU runs of llama-tiny stand for the models the prior was measured on
+pytestmark = pytest.mark.usefixtures("prior_for_tiny_gpu_runs")
+
 H200 = "NVIDIA H200"
 
 

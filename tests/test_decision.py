@@ -170,24 +170,46 @@ def test_prior_for_takes_the_most_specific_entry_and_says_where_it_came_from(tmp
         r |= {"df": 10, "sessions": 12, "groups": 2}
     path = tmp_path / "spread.json"
     path.write_text(json.dumps({"sources": ["docs/results"], "date": "2026-11-28", "spreads": rows}))
-    found = prior_for("NVIDIA H200", "causal_lm", "zero3", path)
+    found = prior_for("NVIDIA H200", "causal_lm", "zero3", path=path)
     assert found is not None and found.sd_log == 0.09
     assert (
         found.source
         == "zero3, causal_lm, on every GPU measured: 12 sessions in 2 groups (docs/results, 2026-11-28)"
     )
-    assert prior_for("NVIDIA H200", "causal_lm", "ddp", path).sd_log == 0.05  # type: ignore[union-attr]
-    assert prior_for("NVIDIA A100", "lora", "ddp", path).sd_log == 0.08  # type: ignore[union-attr]
-    assert prior_for("CPU", "causal_lm", "ddp", path).sd_log == 0.2  # type: ignore[union-attr]
+    assert prior_for("NVIDIA H200", "causal_lm", "ddp", path=path).sd_log == 0.05  # type: ignore[union-attr]
+    assert prior_for("NVIDIA A100", "lora", "ddp", path=path).sd_log == 0.08  # type: ignore[union-attr]
+    assert prior_for("CPU", "causal_lm", "ddp", path=path).sd_log == 0.2  # type: ignore[union-attr]
     # a GPU's spread says nothing of a CPU, nor the other way
-    assert prior_for("CPU", "x", "y", tmp_path / "missing.json") is None
+    assert prior_for("CPU", "x", "y", path=tmp_path / "missing.json") is None
+
+
+def test_a_prior_speaks_only_for_the_models_it_was_measured_on(tmp_path: Path) -> None:
+    # on one H200 llama-125m moved 9.6% between sessions where llama-1b's ddp, the H200 prior, moves
+    # 0.5%: another model's comparison has no prior (docs/results/2026-11-28-h200-gate-error-rates)
+    rows = [{"device": "NVIDIA H200", "workload": "causal_lm", "strategy": "ddp", "sd_log": 0.005}]
+    rows[0] |= {"df": 8, "sessions": 13, "groups": 5}
+    shapes = {
+        "NVIDIA H200": [["causal_lm", "llama-1b", 2048, 8]],
+        "GPU": [["causal_lm", "llama-1b", 2048, 8]],
+    }
+    path = tmp_path / "spread.json"
+    path.write_text(json.dumps({"sources": ["docs/results"], "shapes": shapes, "spreads": rows}))
+    assert prior_for("NVIDIA H200", "causal_lm", "ddp", "llama-1b", path).sd_log == 0.005  # type: ignore[union-attr]
+    assert prior_for("NVIDIA H100 80GB HBM3", "causal_lm", "ddp", "llama-1b", path) is None  # no H100 entry
+    assert prior_for("NVIDIA H200", "causal_lm", "ddp", "llama-125m", path) is None
+    assert prior_for("NVIDIA H200", "lora", "ddp", "llama-1b", path) is None
+    # a file from before the shapes were recorded restricts nothing
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps({"sources": ["docs/results"], "spreads": rows}))
+    assert prior_for("NVIDIA H200", "causal_lm", "ddp", "llama-125m", older).sd_log == 0.005  # type: ignore[union-attr]
 
 
 def test_the_shipped_spreads_are_what_the_tool_computes_from_the_saved_results() -> None:
     """decision_spread.json is written by tools/session_spread.py from docs/results, never by hand."""
     sys.path.insert(0, str(REPO / "tools"))
-    from session_spread import MIN_DF, pooled
+    from session_spread import MIN_DF, pooled, shapes
 
     doc = json.loads(PRIOR_FILE.read_text())
     rows = [r for r in pooled([REPO / s for s in doc["sources"]]) if r["df"] >= MIN_DF]
     assert rows == doc["spreads"]
+    assert shapes([REPO / s for s in doc["sources"]]) == doc["shapes"]

@@ -24,6 +24,9 @@ from llmbench_pytest.report.records import records_from_results
 from llmbench_pytest.report.saved_runs import resolve_saved_run
 from llmbench_pytest.report.sources import load_records
 
+# synthetic GPU runs of llama-tiny stand for the models the prior was measured on
+pytestmark = pytest.mark.usefixtures("prior_for_tiny_gpu_runs")
+
 CFG = "zero2 ws2 seq128 llama-tiny b2x1 bf16"
 PRIOR = "spread 1.5% between sessions (prior)"
 """H100 zero2's prior spread between sessions, as decision_spread.json holds it."""

@@ -40,6 +40,9 @@ from llmbench_pytest.report.gate import GateBounds, gate_session, run_gate
 from llmbench_pytest.report.gate.settings import check_gate_baseline
 from llmbench_pytest.report.records import records_from_results
 
+# synthetic GPU runs of llama-tiny stand for the models the prior was measured on
+pytestmark = pytest.mark.usefixtures("prior_for_tiny_gpu_runs")
+
 CFG = "zero2 ws2 seq128 llama-tiny b2x1 bf16"
 
 

@@ -22,6 +22,9 @@ from llmbench_pytest.results.build import build_result
 from llmbench_pytest.results.measurement import Measurement
 from llmbench_pytest.results.schema import SEED_FIELDS
 
+# synthetic GPU runs of llama-tiny stand for the models the prior was measured on
+pytestmark = pytest.mark.usefixtures("prior_for_tiny_gpu_runs")
+
 H100 = "NVIDIA H100 80GB HBM3"
 PLOTS = (
     "tokens_per_sec_vs_gpu.png",

@@ -85,6 +85,18 @@ def names(device: str, workload: str, strategy: str) -> list[Name]:
     return [(d, w, s) for d in devices for w, s in ((workload, strategy), (workload, "*"), ("*", "*"))]
 
 
+def shapes(folders: list[Path]) -> dict[str, list[list[Any]]]:
+    """Per device (and "GPU"), the shapes (workload, model, sequence, batch) whose sessions the
+    spreads were measured from: a prior speaks for these only (analysis/decision_prior.py)."""
+    out: dict[str, set[tuple[Any, ...]]] = defaultdict(set)
+    for (key, device, _, _), by_session in sessions_by_level(folders).items():
+        if len(by_session) < 2:
+            continue
+        for d in [device] if device == "CPU" else [device, "GPU"]:
+            out[d].add((key.workload, key.model, key.seq_len, key.per_device_batch))
+    return {d: [list(s) for s in sorted(v)] for d, v in sorted(out.items())}
+
+
 def pooled(folders: list[Path]) -> list[dict[str, Any]]:
     """The pooled spread per (device, workload, strategy), with every GPU model as "GPU" and every
     workload or strategy as "*"."""
@@ -160,6 +172,7 @@ def main() -> None:
             "date": datetime.date.today().isoformat(),
             "sources": [str(f) for f in folders],
             "min_df": MIN_DF,
+            "shapes": shapes(folders),
             "spreads": kept,
         }
         args.out.write_text(json.dumps(doc, indent=1) + "\n")

@@ -51,7 +51,8 @@ def own_spread(rec: Record) -> Spread | None:
     two or more, combined with the prior for its device, workload and strategy."""
     s = side(rec)
     return with_prior(
-        session_spread(s, Side(s.sessions[:1])), prior_for(rec.hardware, rec.key.workload, rec.key.strategy)
+        session_spread(s, Side(s.sessions[:1])),
+        prior_for(rec.hardware, rec.key.workload, rec.key.strategy, rec.key.model),
     )
 
 
@@ -61,7 +62,7 @@ def pair_spread(a: Record, b: Record, history: Sequence[float] = ()) -> Spread |
     host meets a side from another)."""
     measured = session_spread(side(a), side(b)) or history_spread(history)
     cross = a.hardware != b.hardware or (bool(a.host and b.host) and a.host != b.host)
-    return with_prior(measured, prior_for(b.hardware, b.key.workload, b.key.strategy), cross)
+    return with_prior(measured, prior_for(b.hardware, b.key.workload, b.key.strategy, b.key.model), cross)
 
 
 def speed(
