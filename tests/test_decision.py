@@ -207,9 +207,10 @@ def test_a_prior_speaks_only_for_the_models_it_was_measured_on(tmp_path: Path) -
 def test_the_shipped_spreads_are_what_the_tool_computes_from_the_saved_results() -> None:
     """decision_spread.json is written by tools/session_spread.py from docs/results, never by hand."""
     sys.path.insert(0, str(REPO / "tools"))
-    from session_spread import MIN_DF, pooled, shapes
+    from session_spread import MIN_DF, pooled, sessions_by_level, shapes
 
     doc = json.loads(PRIOR_FILE.read_text())
-    rows = [r for r in pooled([REPO / s for s in doc["sources"]]) if r["df"] >= MIN_DF]
+    levels = sessions_by_level([REPO / s for s in doc["sources"]])
+    rows = [r for r in pooled(levels) if r["df"] >= MIN_DF]
     assert rows == doc["spreads"]
-    assert shapes([REPO / s for s in doc["sources"]]) == doc["shapes"]
+    assert shapes(levels) == doc["shapes"]

@@ -79,25 +79,35 @@ Name = tuple[str, str, str]
 """(device, workload, strategy); "GPU" for every GPU model, "*" for every workload or strategy."""
 
 
+def devices_of(device: str) -> list[str]:
+    """The device's own entry, and for a GPU model the one of every GPU."""
+    return [device] if device == "CPU" else [device, "GPU"]
+
+
 def names(device: str, workload: str, strategy: str) -> list[Name]:
     """Every entry a group of sessions counts towards."""
-    devices = [device] if device == "CPU" else [device, "GPU"]
-    return [(d, w, s) for d in devices for w, s in ((workload, strategy), (workload, "*"), ("*", "*"))]
+    pairs = ((workload, strategy), (workload, "*"), ("*", "*"))
+    return [(d, w, s) for d in devices_of(device) for w, s in pairs]
 
 
-def shapes(folders: list[Path]) -> dict[str, list[list[Any]]]:
+Levels = dict[tuple[Any, ...], dict[str, list[float]]]
+"""sessions_by_level's answer: read once, then pooled and shaped."""
+
+
+def shapes(levels: Levels) -> dict[str, list[list[Any]]]:
     """Per device (and "GPU"), the shapes (workload, model, sequence, batch) whose sessions the
-    spreads were measured from: a prior speaks for these only (analysis/decision_prior.py)."""
+    spreads were measured from, for the reader; a prior speaks for their (workload, model) pairs only
+    (analysis/decision_prior.py)."""
     out: dict[str, set[tuple[Any, ...]]] = defaultdict(set)
-    for (key, device, _, _), by_session in sessions_by_level(folders).items():
+    for (key, device, _, _), by_session in levels.items():
         if len(by_session) < 2:
             continue
-        for d in [device] if device == "CPU" else [device, "GPU"]:
+        for d in devices_of(device):
             out[d].add((key.workload, key.model, key.seq_len, key.per_device_batch))
     return {d: [list(s) for s in sorted(v)] for d, v in sorted(out.items())}
 
 
-def pooled(folders: list[Path]) -> list[dict[str, Any]]:
+def pooled(levels: Levels) -> list[dict[str, Any]]:
     """The pooled spread per (device, workload, strategy), with every GPU model as "GPU" and every
     workload or strategy as "*"."""
     squares: dict[Name, float] = defaultdict(float)
@@ -105,7 +115,7 @@ def pooled(folders: list[Path]) -> list[dict[str, Any]]:
     sessions: dict[Name, int] = defaultdict(int)
     groups: dict[Name, int] = defaultdict(int)
     largest: dict[Name, float] = defaultdict(float)
-    for (key, device, _, _), by_session in sessions_by_level(folders).items():
+    for (key, device, _, _), by_session in levels.items():
         means = [sum(v) / len(v) for v in by_session.values()]
         if len(means) < 2:
             continue
@@ -154,7 +164,8 @@ def main() -> None:
         for f in sorted(root.iterdir())
         if f.is_dir() and any(f.rglob("result.json"))
     ]
-    rows = pooled(folders)
+    levels = sessions_by_level(folders)
+    rows = pooled(levels)
     heads = ("device", "workload", "strategy", "sd", "df", "sessions", "groups", "largest")
     print("{:<22} {:<10} {:<14} {:>7} {:>4} {:>8} {:>6} {:>8}".format(*heads))
     for r in rows:
@@ -172,7 +183,7 @@ def main() -> None:
             "date": datetime.date.today().isoformat(),
             "sources": [str(f) for f in folders],
             "min_df": MIN_DF,
-            "shapes": shapes(folders),
+            "shapes": shapes(levels),
             "spreads": kept,
         }
         args.out.write_text(json.dumps(doc, indent=1) + "\n")

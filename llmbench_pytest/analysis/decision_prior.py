@@ -56,6 +56,7 @@ def _doc(path: Path) -> dict[str, Any]:
         return {}  # no prior: every comparison without sessions or history of its own is untested
 
 
+@functools.cache
 def _models(path: Path) -> dict[str, frozenset[tuple[str, str]]] | None:
     """Per device (and "GPU"), the (workload, model) pairs its spreads were measured on; None for a
     file that does not say (one written before the shapes were recorded: no restriction)."""

@@ -49,9 +49,17 @@ def compute_mode(strategy: str, dtype: str) -> str:
 def trace_key(spec: RunSpec, preset: ModelPreset) -> tuple[Any, ...]:
     """What decides a trace: the model, the shapes, the precision, the techniques (no torch needed:
     a process tracing ahead marks its traces pending before it imports torch)."""
-    shape = (spec.workload, spec.seq_len, spec.per_device_batch, spec.dtype, spec.grad_ckpt, spec.lora_rank)
-    # a trace for a GPU rank computes attention and autocast as the GPU does (trace_as_gpu.py)
-    shape = (*shape, spec.device)
+    # the device too: a trace for a GPU rank computes attention and autocast as the GPU does
+    # (trace_as_gpu.py)
+    shape = (
+        spec.workload,
+        spec.seq_len,
+        spec.per_device_batch,
+        spec.dtype,
+        spec.grad_ckpt,
+        spec.lora_rank,
+        spec.device,
+    )
     techniques = (spec.fused_loss, spec.fp8, spec.attention)
     mode = compute_mode(spec.strategy, spec.dtype)
     return (preset.name, json.dumps(preset.config, sort_keys=True), shape, techniques, mode)
