@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from conftest import FEW_STEPS, saved_results, trained_once
+from conftest import FEW_STEPS, GPU_HOST, saved_results, trained_once
 from llmbench_pytest.config import host_share
 from llmbench_pytest.config.hardware import Hardware
 from llmbench_pytest.config.spec import RunSpec
@@ -279,6 +279,42 @@ def _both_lanes_training(proc: subprocess.Popen, root) -> list[psutil.Process]:
 
 
 def test_an_interrupt_ends_every_lane_and_each_run_says_interrupted(bench):
+    _interrupt_both_lanes(bench)
+
+
+SLOW_WAKE = '''"""pytest's thread slow to run again once a forked agent's exit status has arrived (a loaded
+machine), while the lane's thread may poll the same agent (tests/test_side_by_side.py)."""
+import select as _select, threading, time, types
+from pathlib import Path
+
+from llmbench_pytest.launch import forkserver
+
+
+def _select_slowly(r, w, x, timeout=None):
+    ready = _select.select(r, w, x, timeout)
+    if ready[0] and timeout != 0 and threading.current_thread() is threading.main_thread():
+        Path("slow_wake").touch()
+        time.sleep(0.2)
+    return ready
+
+
+forkserver.select = types.SimpleNamespace(select=_select_slowly)
+'''
+
+
+@pytest.mark.skipif(GPU_HOST, reason="a GPU host's agents are new processes, not the fork server's")
+def test_an_interrupt_stays_one_when_pytests_thread_wakes_late_from_ending_a_lane(bench):
+    """What failed `make test` once on a loaded 2-core machine, here made to happen every time:
+    pytest's thread ends the lanes on the Ctrl-C and is slow to read an agent's exit status,
+    which the lane's thread, polling the same agent meanwhile, reads first. Before, pytest's
+    thread then got EBADF, which replaced the interrupt: "3 failed", an fsdp "-r2" re-run on a
+    lane closed for good (PoolShut), and the other lane's fsdp left training."""
+    (bench.path / "conftest.py").write_text(SLOW_WAKE)
+    _interrupt_both_lanes(bench)
+    assert (bench.path / "slow_wake").exists()  # the window was there
+
+
+def _interrupt_both_lanes(bench: pytest.Pytester) -> None:
     env = {**os.environ, "LLMBENCH_INJECT_FAULT": "ddp:hang,fsdp:hang"}  # both lanes busy when we stop
     argv = [sys.executable, "-m", "pytest", "benchmarks", "-p", "no:cacheprovider", *FEW_STEPS]
     argv += ["--llmbench-strategies=ddp,zero2,fsdp", "--llmbench-world-sizes=1", "--llmbench-side-by-side=2"]
@@ -379,3 +415,111 @@ def test_a_pool_closed_for_good_starts_no_group(tmp_path):
     with pytest.raises(PoolShut):
         pool.run(spec(), Launch(tmp_path / "r", tmp_path / "r.log", 1), 60.0, ".")
     assert pool.group is None
+
+
+def test_an_interrupt_stays_an_interrupt_whatever_ending_the_lanes_raises(tmp_path):
+    """A Ctrl-C while a test waits for its lane ends every lane; where ending one raises (as a
+    CPU agent's process did when the lane's thread read its exit status first: EBADF), the
+    interrupt still ends the session, and nothing starts after it. Before, the error took the
+    interrupt's place: the test failed, and pytest started the next configurations on lanes
+    closed for good (PoolShut), an "-r2" re-run among them."""
+    from llmbench_pytest.results.storage import claim_run_paths
+    from llmbench_pytest.session.side_by_side import SideBySide
+
+    breaks = [OSError(9, "Bad file descriptor")]
+
+    class _Breaks(_Pool):
+        def close(self, graceful=True, final=False):
+            super().close(graceful, final)
+            if not graceful and breaks:  # the first lane's group, ended on the interrupt
+                raise breaks.pop()
+
+    pools: list[_Pool] = []
+    plan = [("t[ddp]", spec()), ("t[zero2]", spec(strategy="zero2")), ("t[fsdp]", spec(strategy="fsdp"))]
+    side = SideBySide(
+        plan, "2", "cpu", [], [],
+        new_pool=lambda env: pools.append(_Breaks()) or pools[-1],
+        prepare=lambda nodeid, s: (claim_run_paths(tmp_path, s), {}),
+        free_node=lambda: None, timeout_s=60.0, repo_dir=".",
+    )  # fmt: skip
+
+    def ctrl_c(event):
+        raise KeyboardInterrupt
+
+    quiet = SimpleNamespace(config_began=lambda *a, **k: 0, config_ended=lambda *a, **k: None)
+    job = side.begin("t[ddp]", plan[0][1], SimpleNamespace(**vars(quiet), on_progress=lambda e: None))
+    ahead = side.jobs["t[fsdp]"]
+    with pytest.raises(KeyboardInterrupt):
+        side.wait(job, SimpleNamespace(**vars(quiet), on_progress=ctrl_c))
+    assert side.interrupted and job.stopped and ahead.stopped
+    # pytest would stop here; where it went on regardless, nothing starts
+    progress = SimpleNamespace(**vars(quiet), on_progress=lambda e: None)
+    for nodeid, s in plan[1:]:
+        with pytest.raises(KeyboardInterrupt):
+            side.begin(nodeid, s, progress)
+    assert set(side.jobs) == {"t[ddp]", "t[fsdp]"} and len(pools) == 2
+    side.close(graceful=False)  # the session's end ends what the error left (state.shutdown)
+    assert not side.runners and all(True in p.closes for p in pools)
+
+
+def test_a_pool_is_never_polled_while_another_thread_ends_its_group(tmp_path, monkeypatch):
+    """A lane's thread polls its group while pytest's thread ends it (an interrupt, a per-test
+    timeout): the two must not wait on the group's process at once (a forked CPU agent is one
+    socket with its exit status, which only one reader gets: the other got EBADF)."""
+    from llmbench_pytest.launch import launcher
+
+    touching: list[str] = []
+    overlaps: list[tuple[str, str]] = []
+    guard = threading.Lock()
+
+    class _Group:
+        def __init__(self, world_size, device, timeout_s, root, lane_env=None):
+            self.key, self.name, self.leaving = (world_size, device, timeout_s), "g1-ws1", False
+            self.proc = SimpleNamespace(returncode=None)
+            self.polled = threading.Event()
+            self.ended = False
+
+        def _touch(self, what, seconds):
+            with guard:
+                overlaps.extend((other, what) for other in touching)
+                touching.append(what)
+            time.sleep(seconds)
+            with guard:
+                touching.remove(what)
+
+        @property
+        def alive(self):
+            self._touch("poll", 0.01)
+            self.polled.set()
+            return not self.ended
+
+        def end(self):
+            self._touch("end", 0.3)
+            self.ended, self.proc.returncode = True, -15
+
+        def log_size(self):
+            return 0
+
+        def post(self, job):
+            return 1
+
+        def agent_output(self, since=0):
+            return b""
+
+        def remove(self):
+            pass
+
+    monkeypatch.setattr(launcher, "RankGroup", _Group)
+    pool = launcher.RankPool(tmp_path)
+    (tmp_path / "r").mkdir()
+    launch = launcher.Launch(tmp_path / "r", tmp_path / "r.log", 1)
+    got: list = []
+    lane = threading.Thread(target=lambda: got.append(pool.run(spec(), launch, 60.0, ".")))
+    lane.start()
+    while pool.group is None and lane.is_alive():
+        time.sleep(0.01)
+    assert pool.group.polled.wait(10)  # the lane watches its group
+    pool.close(graceful=False, final=True)  # pytest's thread, on a Ctrl-C
+    lane.join(10)
+    assert not lane.is_alive() and got and got[0].status == "error"
+    assert not overlaps, overlaps

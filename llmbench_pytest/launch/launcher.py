@@ -99,7 +99,12 @@ class RankPool:
         self.shut = False
         """Closed for good (`close(final=True)`): no group starts after it. A lane's pool is run
         from the lane's thread and shut from pytest's (session/side_by_side.py); the lock keeps a
-        group from starting between the two."""
+        group from starting between the two, and the two threads from polling and ending the
+        group's process at once: a CPU agent forked by the fork server is one socket that carries
+        its exit status (forkserver.Forked), and where both threads read it, the one that lost the
+        status to the other got EBADF. In pytest's thread, ending the lanes on a Ctrl-C, that error
+        replaced the KeyboardInterrupt: the test failed instead, and pytest went on to the next
+        configurations on lanes half closed."""
         self._lock = threading.Lock()
 
     def run(
@@ -126,9 +131,10 @@ class RankPool:
         launch.timings.update(group=group.name, group_configuration=self.served, isolated=self.isolate)
         _log_header(launch)
         try:
-            measurement = _watch(group, launch, timeout_s, on_progress)
+            measurement = _watch(group, launch, timeout_s, on_progress, self._lock)
         except BaseException:  # Ctrl-C, SIGTERM, or anything else: no rank outlives us
-            group.end()
+            with self._lock:
+                group.end()
             _copy_agent_output(group, offset, launch.log_path)
             self.close(graceful=False)
             raise
@@ -137,13 +143,17 @@ class RankPool:
         if measurement is None:  # the group died before rank 0 reported
             logs = [launch.rank_log(r) for r in range(launch.world_size)]
             measurement = crash(logs, launch.log_path, agent_text, group.proc.returncode)
-        if not measurement.keeps_warm or self.isolate or not group.alive:
+        with self._lock:
+            alive = group.alive
+        if not measurement.keeps_warm or self.isolate or not alive:
             self.close()  # the ranks leave by themselves after a failed, unreleased or last job
         return measurement
 
     def _group_for(self, key: tuple[Any, ...], launch: Launch) -> RankGroup:
-        group = self.group
-        if group is not None and group.key == key and group.alive and not group.leaving:
+        with self._lock:
+            group = self.group
+            warm = group is not None and group.key == key and group.alive and not group.leaving
+        if group is not None and warm:
             launch.timings["ranks"] = "warm"
             return group
         self.close()
@@ -158,21 +168,22 @@ class RankPool:
     def let_go(self) -> None:
         """No more configurations will come: the current group's ranks start leaving now, and
         `close` waits for what is left of their exit."""
-        if self.group is not None:
-            self.group.ask_to_leave()
+        with self._lock:
+            if self.group is not None:
+                self.group.ask_to_leave()
 
     def close(self, graceful: bool = True, final: bool = False) -> None:
         """End the current group: graceful lets the ranks leave by themselves first; final: for
         good (no group starts after it)."""
-        with self._lock:
+        with self._lock:  # held while the process ends: the lane's thread may be polling it
             self.shut = self.shut or final
             group, self.group = self.group, None
-        if group is None:
-            return
-        if graceful:
-            group.stop()
-        else:
-            group.end()
+            if group is None:
+                return
+            if graceful:
+                group.stop()
+            else:
+                group.end()
         group.remove()
 
 
@@ -200,9 +211,11 @@ def _watch(
     launch: Launch,
     timeout_s: float,
     on_progress: Callable[[dict[str, Any]], None] | None,
+    lock: threading.Lock,
 ) -> Measurement | None:
     """Wait for rank 0's measurement of the configuration just posted (None: the group died
-    first), or for a rank to go quiet; pass rank 0's heartbeat on whenever it changes."""
+    first), or for a rank to go quiet; pass rank 0's heartbeat on whenever it changes. The
+    group's process is polled and ended under the pool's `lock` (RankPool.shut says why)."""
     limit = quiet_limit_s(timeout_s)
     started, t0 = time.time(), time.monotonic()
     ranks = range(launch.world_size)
@@ -212,17 +225,21 @@ def _watch(
     last: dict[str, Any] | None = None
     failed = _Failures(launch)
     while not measured.exists():
-        if not group.alive:
+        with lock:
+            alive = group.alive
+        if not alive:
             if measured.exists():  # rank 0 reported, then the group ended
                 break
             return None
         if failed.overdue():
-            group.end()
+            with lock:
+                group.end()
             seqs = read_sequences([launch.sequence(r) for r in ranks])
             return reported_failure(failed.reports, seqs, logs, failed.waited())
         quiet = quiet_ranks(progress, started, limit)
         if quiet:
-            group.end()
+            with lock:
+                group.end()
             seqs = read_sequences([launch.sequence(r) for r in ranks])
             everyone = quiet_ranks(progress, started, 0.0)
             warm = launch.timings.get("ranks") == "warm"

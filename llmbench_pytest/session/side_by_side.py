@@ -16,6 +16,7 @@ lane's thread only runs its pool and keeps the latest heartbeat.
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from ..results.storage import RunPaths
     from .progress import Progress, Quiet
 
+log = logging.getLogger("llmbench")
 POLL_S = 0.05
 JOIN_S = 30.0
 """How long closing waits for a lane's thread once its ranks were ended."""
@@ -153,6 +155,8 @@ class SideBySide:
         """configurations whose result.json their test wrote (measured, failed or interrupted)"""
         self.runners: list[_Runner] = []
         self.world_size: int | None = None
+        self.interrupted = False
+        """A Ctrl-C (or SIGTERM) reached pytest's thread here: every lane was ended, for good."""
 
     def lanes_at(self, world_size: int) -> int:
         """Lanes at `world_size`: as many as the GPUs allow, no more than its configurations that
@@ -192,7 +196,10 @@ class SideBySide:
         """`nodeid`'s job on a lane: found already run ahead, or started now (once a lane is
         free), the other idle lanes filled with the configurations after it. A job the session
         had stopped (another test's interrupt, an error while waiting) runs again. An interrupt
-        ends every lane."""
+        ends every lane; after one, nothing starts (where pytest went on regardless, this test is
+        interrupted too)."""
+        if self.interrupted:
+            raise KeyboardInterrupt("the session was interrupted: no configuration starts after it")
         try:
             job = self.jobs.get(nodeid)
             if job is not None and job.stopped:
@@ -204,7 +211,7 @@ class SideBySide:
                 job = self._start(runner, nodeid, spec, progress)
             self._fill(progress)
         except (KeyboardInterrupt, SystemExit):
-            self.close(graceful=False)
+            self._end_on_interrupt()
             raise
         return job
 
@@ -218,12 +225,23 @@ class SideBySide:
                 self._fill(progress)
             self._tell(progress, job)
         except (KeyboardInterrupt, SystemExit):
-            self.close(graceful=False)
+            self._end_on_interrupt()
             raise
         except BaseException:
             self._stop(job)
             raise
         return job
+
+    def _end_on_interrupt(self) -> None:
+        """Every lane ends now, for good. Nothing that goes wrong on the way may take the
+        interrupt's place (the caller raises it): an error instead would fail just this test,
+        and pytest would go on to the next configurations, started on lanes half closed. The
+        lanes an error left are ended at the session's end (settle_ahead, state.shutdown)."""
+        self.interrupted = True
+        try:
+            self.close(graceful=False)
+        except Exception:
+            log.exception("llmbench: ending the lanes after an interrupt")
 
     def _stop(self, job: Job) -> None:
         job.stopped = job.stopped or not job.done.is_set()
@@ -239,6 +257,9 @@ class SideBySide:
                 while runner.job is not None and not runner.job.done.wait(POLL_S):
                     self._tell(progress, None)
             self._tell(progress, None)
+        except (KeyboardInterrupt, SystemExit):
+            self._end_on_interrupt()
+            raise
         except BaseException:
             self.close(graceful=False)
             raise
