@@ -87,7 +87,15 @@ def test_gate_fails_the_session_on_a_regression_and_passes_otherwise(bench, save
     gate = ["--benchmark-storage=file://./store", "--llmbench-gate-bounds=memory=50%"]
     slower = bench.runpytest_subprocess(*ARGS, *gate, "--llmbench-gate=0002")
     assert slower.ret == pytest.ExitCode.TESTS_FAILED  # every test passed; the gate failed the session
-    slower.stdout.fnmatch_lines(["*REGRESSION ddp ws1 seq128 llama-tiny*tokens/s*", "*gate: FAILED*"])
+    slower.stdout.fnmatch_lines(["*REGRESSION * ws1 seq128 llama-tiny*tokens/s*", "*gate: FAILED*"])
+    # neither configuration may pass the twenty-fold drop. One whose own eight steps drifted under
+    # the machine's load (a fresh process's first configuration has measured a +-130% interval of
+    # its mean on the shared CI machine) is honestly inconclusive, never ok
+    for strategy in ("ddp", "zero1"):
+        (row,) = [
+            ln for ln in slower.outlines if ln.startswith(f"{strategy} ws1 seq128") and "tokens/s" in ln
+        ]
+        assert " REGRESSION " in row or " inconclusive " in row, row
 
     faster = bench.runpytest_subprocess(*ARGS, *gate, "--llmbench-gate=0003")
     assert faster.ret == pytest.ExitCode.OK
