@@ -7,13 +7,23 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 
 import pytest
 from test_report import llmbench, make_result, write_run
 from test_scale import NODE, RUN, SWEEP
 
 from llmbench_pytest.plan import nccl_latency, slowest_rank
-from llmbench_pytest.plan.interval import Calibration, ModelError, band_text, bounds, doublings, quantile
+from llmbench_pytest.plan.interval import (
+    Calibration,
+    ModelError,
+    band_text,
+    bounds,
+    doublings,
+    host_per_step,
+    quantile,
+    step_cv,
+)
 from llmbench_pytest.plan.network import Fabric, network
 from llmbench_pytest.plan.scale import predict_config
 
@@ -81,15 +91,43 @@ def test_the_band_text_is_computed_from_the_validation_figures():
     doc = {
         "date": "2026-11-28",
         "check": {"method": "leave one out", "sessions": 3, "devices": "H200", "inside": 9,
-                  "predictions": 10, "median_width": 0.123, "steady": None},
+                  "predictions": 10, "median_width": 0.123, "steady": None,
+                  "unseen_model": {"models": 4, "inside": 19, "predictions": 20, "median_width": 0.3}},
         "published": {"points": 12, "inside": 11, "within_5pt": 10},
     }  # fmt: skip
     text = band_text(doc)
     assert "inside its interval for 9 of 10 predictions (90%), median width 12.3%" in text
+    assert "for a model those sessions never ran (each of their 4 models checked with the others' " in text
+    assert "inside for 19 of 20 (95%), median width 30.0%" in text
     assert (
         "12 published multi-node runs: inside the interval 11, point within 5 points of efficiency 10" in text
     )
     assert band_text({}).startswith("no validation kept")
+
+
+def test_a_configuration_never_seen_takes_the_host_spread_its_own_steps_show():
+    """Its class's median where its steps are as steady as the class's; where its own steps vary more
+    (a host-bound step), their CV times the kept ratio of host-to-host spread to step CV."""
+    doc = {
+        "host_cv": {"ddp llama-1b seq2048 b8x1 | H200": {"cv": 0.012, "sessions": 8}},
+        "class_host_cv": {"steady": 0.016},
+        "host_per_step": 1.2,
+    }
+    cal = Calibration(doc)
+    assert cal.host_cv("ddp llama-1b seq2048 b8x1", "H200", "steady", own_step_cv=0.5) == 0.012  # seen
+    assert cal.host_cv("ddp gpt2 seq1024 b16x1", "H200", "steady", own_step_cv=0.005) == 0.016
+    assert cal.host_cv("ddp encdec-50m seq256 b64x1", "H200", "steady", own_step_cv=0.1) == pytest.approx(
+        0.12
+    )
+    # the ratio is the median over the configurations seen often enough of host spread / step CV
+    host = {"a": {"cv": 0.02, "sessions": 3}, "b": {"cv": 0.2, "sessions": 5},
+            "c": {"cv": 0.1, "sessions": 4}, "d": {"cv": 0.9, "sessions": 2}}  # fmt: skip
+    steps = {"a": [0.01, 0.01, 0.02], "b": [0.1, 0.2, 0.1], "c": [0.1], "d": [0.1]}
+    assert host_per_step(host, steps) == pytest.approx(statistics.median([2.0, 2.0, 1.0]))
+    assert step_cv({"step_cv_in_run": 0.07}) == 0.07
+    assert step_cv({"step_times_sec": [1.0, 1.0, 1.3, 0.7]}) == pytest.approx(
+        statistics.stdev([1, 1, 1.3, 0.7])
+    )
 
 
 def test_every_predicted_row_carries_an_interval_around_its_point_wider_past_the_node():

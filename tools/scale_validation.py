@@ -39,13 +39,23 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import scale_published
 
-from llmbench_pytest.plan.interval import Calibration, class_host_cv, log_error
+from llmbench_pytest.plan.interval import (
+    CLASSES,
+    Calibration,
+    class_host_cv,
+    host_per_step,
+    log_error,
+    step_cv,
+)
 from llmbench_pytest.plan.network import Fabric, widest_sweep
 from llmbench_pytest.plan.scale import predict_config
 from llmbench_pytest.plan.scale_command import group
@@ -74,10 +84,21 @@ SESSIONS = [
     "2026-11-27-h200x4-suite-side-by-side/runs.tar.xz:pretrain",
     "2026-11-27-h200x4-suite-side-by-side/runs.tar.xz:rest",
     "2026-11-27-h200x4-suite-side-by-side/runs.tar.xz:alone",
+    "2026-11-28-h200x4-off-default/runs-offdef.tgz",
+    "2026-11-28-h200x4-off-default/runs-offdef3.tgz",
+    "2026-11-28-h200x2-off-default/od1.tgz",
+    "2026-11-28-h200x2-off-default/od2.tgz",
 ]
 """The kept multi-GPU sessions with a link probe, under docs/results (the 2026-11-22 2x H200 runs
 predate the probe)."""
 PUBLISHED = "docs/results/2026-11-28-scale-published/published.json"
+KEPT = [f"docs/results/{s}" for s in SESSIONS]
+
+
+def _resolved(spec: str) -> str:
+    """A folder's spec as one path, named from the repository's root or from here alike."""
+    p = Path(spec)
+    return str((p if p.exists() or not (REPO / p).exists() else REPO / p).resolve())
 
 
 class NoRuns(Exception):
@@ -138,6 +159,7 @@ def validate(
         "from_world_sizes": sizes,
         "target": target,
         "ws1_step_sec": float(by_ws[1]["mean_step_time_sec"]),
+        "ws1_step_cv": step_cv(by_ws[1]),
         "predicted_step_sec": predicted.step_sec,
         "measured_step_sec": measured,
         "error": predicted.step_sec / measured - 1,
@@ -270,10 +292,12 @@ def calibration_from(rows: list[dict[str, Any]], date: str = "") -> dict[str, An
         if kind and r["target"] == 2 * max(sizes):
             errors[kind].setdefault(r["class"], []).append(round(r["log_error"], 5))
     steps: dict[str, dict[str, float]] = {}
+    step_cvs: dict[str, dict[str, float]] = {}
     class_of: dict[str, str] = {}
     for r in rows:
         key = f"{r['configuration']} | {r['gpu'] or 'cpu'}"
         steps.setdefault(key, {})[r["folder"]] = r["ws1_step_sec"]
+        step_cvs.setdefault(key, {})[r["folder"]] = r["ws1_step_cv"]
         class_of[key] = r["class"]
     host_cv = {
         key: {"cv": round(statistics.stdev(v) / statistics.mean(v), 5), "sessions": len(v)}
@@ -285,6 +309,7 @@ def calibration_from(rows: list[dict[str, Any]], date: str = "") -> dict[str, An
         "errors": errors,
         "host_cv": host_cv,
         "class_host_cv": class_host_cv(host_cv, class_of),
+        "host_per_step": round(host_per_step(host_cv, {k: list(v.values()) for k, v in step_cvs.items()}), 4),
     }
 
 
@@ -459,7 +484,7 @@ def report(
 def main() -> int:
     args = arguments()
     kept = kept_predictions(args.kept, args.target)
-    specs = [f"docs/results/{s}" for s in SESSIONS] if args.pooled else args.results_dirs
+    specs = KEPT if args.pooled else args.results_dirs
     plan: list[tuple[int, list[int] | None]] = (
         [(2, None), (4, [1, 2]), (4, [1])] if args.pooled else [(args.target, None)]
     )
@@ -468,7 +493,12 @@ def main() -> int:
         if not done:
             return 2
         sessions = {r["folder"] for got in done.values() for r in got["rows"]}
-        if len(sessions) > 1:
+        # Sessions the package's calibration was made from are checked leaving each out; sessions it
+        # never saw are out of sample under it as it stands
+        kept_here = args.pooled or bool(set(map(_resolved, specs)) & set(map(_resolved, KEPT)))
+        unseen_models = None
+        if len(sessions) > 1 and kept_here:
+            unseen_models = leave_one_out(done, model_of)
             # each session's intervals from the others alone: the check out of sample, in every table
             again = iter(leave_one_out(done))
             for got in done.values():
@@ -477,7 +507,12 @@ def main() -> int:
         if len(sessions) > 1:
             pooled = pooled_lines(rows)
             summary += pooled
-            lines += ["### pooled, each session's intervals from the other sessions", "", *pooled]
+            how = (
+                "each session's intervals from the other sessions"
+                if kept_here
+                else "the package's intervals (plan/scale_calibration.py: the kept sessions, none of these)"
+            )
+            lines += [f"### pooled, {how}", "", *pooled]
             lines += ["", "### the slowest of N ranks (world size 2 from 1)", "", *slowest_rank_effect(rows)]
             if table_of_spread := spread([r for r in rows if r["target"] == 2]):
                 lines += [
@@ -486,6 +521,14 @@ def main() -> int:
                     "",
                     *table_of_spread,
                 ]
+        if unseen_models:
+            models = shares(
+                unseen_models, "error", "every prediction, its model's intervals from the other models"
+            )
+            summary.append(models)
+            lines += ["", "### a model the kept sessions never ran", "", models]
+            lines += [shares([r for r in unseen_models if r["class"] == k], "error", f"  of them {k}")
+                      for k in CLASSES if any(r["class"] == k for r in unseen_models)]  # fmt: skip
         published = None
         if args.published:
             found = scale_published.points(
@@ -505,18 +548,35 @@ def main() -> int:
         if args.json:
             write_json(args.json, done, rows, summary, args.target)
         if args.calibrate:
-            write_calibration(args.calibrate, rows, len(sessions), published)
+            write_calibration(args.calibrate, rows, len(sessions), published, unseen_models)
     return 0
 
 
-def leave_one_out(done: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every row again with its interval from the other sessions' calibration alone (a session is
-    one folder, whatever targets it was checked at)."""
+def model_of(row: dict[str, Any]) -> str:
+    """The model a row ran ('llama-1b' of 'zero3 llama-1b seq2048 b8x1')."""
+    return row["configuration"].split()[1]
+
+
+def session_of(row: dict[str, Any]) -> str:
+    return row["folder"]
+
+
+def leave_one_out(
+    done: dict[str, dict[str, Any]], unit: Callable[[dict[str, Any]], str] = session_of
+) -> list[dict[str, Any]]:
+    """Every row again with its interval from the calibration of the rows of other units alone: by
+    session (one folder, whatever targets it was checked at), the kept sessions' check; by model
+    (model_of: every strategy, shape and session of one model left out together), what a user's own
+    model meets: its errors and its spread from host to host never seen."""
     every = [r for got in done.values() for r in got["rows"]]
+    cals: dict[str, Calibration] = {}
     out = []
     for got in done.values():
         for r in got["rows"]:
-            cal = Calibration(calibration_from([x for x in every if x["folder"] != r["folder"]]))
+            mine = unit(r)
+            if mine not in cals:
+                cals[mine] = Calibration(calibration_from([x for x in every if unit(x) != mine]))
+            cal = cals[mine]
             by_ws, node, sizes = got["inputs"][r["configuration"]]
             again = validate(r["configuration"], by_ws, r["target"], node, sizes, cal)
             out.append({**r, **{k: again[k] for k in ("interval", "inside", "width")}})
@@ -574,13 +634,24 @@ def write_json(
 
 
 def write_calibration(
-    path: str, rows: list[dict[str, Any]], sessions: int, published: dict[str, Any] | None
+    path: str,
+    rows: list[dict[str, Any]],
+    sessions: int,
+    published: dict[str, Any] | None,
+    unseen_models: list[dict[str, Any]] | None,
 ) -> None:
     import datetime
 
     doc = calibration_from(rows, datetime.date.today().isoformat())
     gpus = sorted({r["gpu"] for r in rows if r["gpu"]})
     doc["check"] = check_summary(rows, sessions, ", ".join(gpus))
+    if unseen_models:
+        doc["check"]["unseen_model"] = {
+            "models": len({model_of(r) for r in unseen_models}),
+            "predictions": len(unseen_models),
+            "inside": sum(r["inside"] for r in unseen_models),
+            "median_width": statistics.median(r["width"] for r in unseen_models),
+        }
     doc["published"] = published
     # the command in pieces: as one line it would pass the line limit the module is held to
     doc["command"] = [

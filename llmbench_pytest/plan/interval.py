@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 Z90 = 1.6449
 """The normal's 95th percentile: a 90% two-sided interval."""
@@ -122,12 +122,38 @@ class Calibration:
             return ModelError.of(pooled)
         return None if kind == "from_smallest" else self.model_error(klass, anchored=False)
 
-    def host_cv(self, configuration: str, gpu: str | None, klass: str) -> float:
-        """The configuration's step spread from host to host on its GPU, else its class's median."""
+    def host_cv(self, configuration: str, gpu: str | None, klass: str, own_step_cv: float = 0.0) -> float:
+        """The configuration's step spread from host to host on its GPU where the kept sessions saw it
+        MIN_SESSIONS times. A configuration they did not see takes its class's median, or where its
+        own steps vary more, their CV times the kept ratio of host-to-host spread to a run's step CV
+        (HOST_PER_STEP): a step whose length moves with the host's state from one step to the next
+        moves with it from one host to the next (a host-bound encoder-decoder: 10-16% a step, 9-22%
+        between hosts; llama-1b: 1% and 1-4%), which a class median of other models cannot know."""
         seen = (self.doc.get("host_cv") or {}).get(f"{configuration} | {gpu or 'cpu'}")
         if seen is not None and seen.get("sessions", 0) >= MIN_SESSIONS:
             return float(seen["cv"])
-        return float((self.doc.get("class_host_cv") or {}).get(klass) or 0.0)
+        median = float((self.doc.get("class_host_cv") or {}).get(klass) or 0.0)
+        return max(median, float(self.doc.get("host_per_step") or 0.0) * own_step_cv)
+
+
+def step_cv(run: Mapping[str, Any]) -> float:
+    """One run's step-time CV within itself (result.json's step_cv_in_run, else from its step times)."""
+    cv = run.get("step_cv_in_run")
+    if cv is None:
+        times = [float(t) for t in run.get("step_times_sec") or []]
+        cv = statistics.stdev(times) / statistics.fmean(times) if len(times) > 1 else 0.0
+    return float(cv) if cv and math.isfinite(float(cv)) else 0.0
+
+
+def host_per_step(host_cv: dict[str, dict[str, Any]], step_cvs: dict[str, list[float]]) -> float:
+    """HOST_PER_STEP: the median, over configurations seen MIN_SESSIONS times, of their spread from
+    host to host over the median CV of their runs' own steps."""
+    ratios = [
+        float(seen["cv"]) / statistics.median(cvs)
+        for key, seen in host_cv.items()
+        if seen.get("sessions", 0) >= MIN_SESSIONS and (cvs := [c for c in step_cvs.get(key, []) if c > 0])
+    ]
+    return statistics.median(ratios) if ratios else 0.0
 
 
 def class_host_cv(host_cv: dict[str, dict[str, Any]], class_of: dict[str, str]) -> dict[str, float]:
@@ -151,6 +177,13 @@ def band_text(doc: dict[str, Any]) -> str:
         f"{inside} of {count} predictions ({inside / count:.0%}), median width {check['median_width']:.1%} "
         "of the step"
     ]
+    unseen = check.get("unseen_model")
+    if unseen:
+        parts.append(
+            f"for a model those sessions never ran (each of their {unseen['models']} models checked with "
+            f"the others' figures alone): inside for {unseen['inside']} of {unseen['predictions']} "
+            f"({unseen['inside'] / unseen['predictions']:.0%}), median width {unseen['median_width']:.1%}"
+        )
     steady = check.get("steady")
     if steady:
         parts.append(

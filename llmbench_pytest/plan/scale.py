@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .interval import Calibration, band_text, bounds, doublings, spread_sd
+from .interval import Calibration, band_text, bounds, doublings, spread_sd, step_cv
 from .scale_calibration import CALIBRATION as KEPT
 from .step_model import Coll, Model, bus_bytes, peak_gb, tokens_per_gpu_step
 
@@ -293,7 +293,7 @@ def predict_config(
     corners = [Model(base, fabric.corner(slow)) for slow in (False, True)]
     carried = [_anchored(c, anchor, scale)[0] for c in corners]
     relatives = [(r.get("step_time_mean_interval") or {}).get("relative") for r in (base, anchor) if r]
-    sd = spread_sd(relatives, cal.host_cv(name, base.get("gpu_name"), klass))
+    sd = spread_sd(relatives, cal.host_cv(name, base.get("gpu_name"), klass, step_cv(base)))
     error = cal.model_error(klass, anchored=anchor is not None)
     base_tps = float(base.get("tokens_per_sec") or 0.0)
     out = []

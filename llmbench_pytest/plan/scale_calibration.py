@@ -11,33 +11,39 @@ CALIBRATION: dict[str, Any] = json.loads(
  "check": {
   "by_class": {
    "gathers": {
-    "inside": 56,
-    "median_width": 0.7119842150041165,
-    "predictions": 57
+    "inside": 69,
+    "median_width": 0.7739269173143171,
+    "predictions": 70
    },
    "loose": {
-    "inside": 25,
-    "median_width": 0.6460922032288448,
-    "predictions": 25
+    "inside": 34,
+    "median_width": 0.6731800674932312,
+    "predictions": 35
    },
    "steady": {
-    "inside": 155,
-    "median_width": 0.19559372366353506,
-    "predictions": 156
+    "inside": 183,
+    "median_width": 0.20295964126127752,
+    "predictions": 190
    }
   },
   "devices": "NVIDIA H100 80GB HBM3, NVIDIA H200",
-  "inside": 236,
-  "median_width": 0.2683589122816368,
+  "inside": 286,
+  "median_width": 0.2778912092477104,
   "method": "each session's intervals from the other sessions' errors and spreads",
-  "predictions": 238,
-  "sessions": 15,
+  "predictions": 295,
+  "sessions": 19,
   "steady": {
    "configurations": 9,
    "count": 78,
    "repeat": 0.025,
    "within_10": 78,
    "within_5": 76
+  },
+  "unseen_model": {
+   "inside": 288,
+   "median_width": 0.28807158855055126,
+   "models": 7,
+   "predictions": 295
   }
  },
  "class_host_cv": {
@@ -50,7 +56,7 @@ CALIBRATION: dict[str, Any] = json.loads(
   "--published docs/results/2026-11-28-scale-published/published.json",
   "--calibrate llmbench_pytest/plan/scale_calibration.py"
  ],
- "date": "2026-11-28",
+ "date": "2026-11-29",
  "errors": {
   "anchored": {
    "gathers": [
@@ -63,7 +69,10 @@ CALIBRATION: dict[str, Any] = json.loads(
     -0.09169,
     0.15058,
     0.04367,
-    -0.16972
+    -0.16972,
+    0.20729,
+    0.12377,
+    0.00366
    ],
    "loose": [
     0.0563,
@@ -71,7 +80,11 @@ CALIBRATION: dict[str, Any] = json.loads(
     0.07647,
     0.02451,
     0.13168,
-    0.11905
+    0.11905,
+    -0.09221,
+    -0.03112,
+    -0.33645,
+    -0.04586
    ],
    "steady": [
     -0.00096,
@@ -97,7 +110,15 @@ CALIBRATION: dict[str, Any] = json.loads(
     -0.01764,
     -0.00623,
     -0.01177,
-    0.01012
+    0.01012,
+    -0.13414,
+    -0.08165,
+    -0.06521,
+    -0.03448,
+    -0.01408,
+    -0.05371,
+    0.01357,
+    0.04012
    ]
   },
   "from_smallest": {
@@ -138,7 +159,14 @@ CALIBRATION: dict[str, Any] = json.loads(
     -0.10525,
     -0.07742,
     0.13323,
-    -0.04272
+    -0.04272,
+    -0.06208,
+    0.10867,
+    0.36487,
+    0.27226,
+    0.06937,
+    0.42689,
+    -0.06386
    ],
    "loose": [
     -0.18598,
@@ -156,7 +184,11 @@ CALIBRATION: dict[str, Any] = json.loads(
     -0.1955,
     -0.24435,
     -0.30254,
-    0.11856
+    0.11856,
+    -0.24663,
+    0.2464,
+    -0.096,
+    -0.1293
    ],
    "steady": [
     -0.04653,
@@ -263,7 +295,23 @@ CALIBRATION: dict[str, Any] = json.loads(
     0.12897,
     0.01296,
     0.00585,
-    0.03475
+    0.03475,
+    -0.08109,
+    -0.11227,
+    -0.04988,
+    -0.10546,
+    0.01543,
+    0.0096,
+    -0.02425,
+    -0.00227,
+    -0.02801,
+    0.10378,
+    0.00038,
+    -0.03694,
+    0.00182,
+    0.02061,
+    0.03879,
+    -0.02648
    ]
   }
  },
@@ -279,6 +327,10 @@ CALIBRATION: dict[str, Any] = json.loads(
   "ddp llama-1b seq2048 b8x1 | NVIDIA H200": {
    "cv": 0.01197,
    "sessions": 8
+  },
+  "ddp llama-3b seq512 b8x1 | NVIDIA H200": {
+   "cv": 0.00364,
+   "sessions": 2
   },
   "ddp mistral-7b seq1024 b4x1 lora dtype=fp16 | NVIDIA H200": {
    "cv": 0.01149,
@@ -312,6 +364,10 @@ CALIBRATION: dict[str, Any] = json.loads(
    "cv": 0.01232,
    "sessions": 8
   },
+  "fsdp llama-3b seq512 b8x1 | NVIDIA H200": {
+   "cv": 0.0037,
+   "sessions": 2
+  },
   "fsdp mistral-7b seq1024 b4x1 lora | NVIDIA H200": {
    "cv": 0.03398,
    "sessions": 7
@@ -340,6 +396,10 @@ CALIBRATION: dict[str, Any] = json.loads(
    "cv": 0.02349,
    "sessions": 8
   },
+  "zero2 llama-3b seq512 b8x1 | NVIDIA H200": {
+   "cv": 0.00175,
+   "sessions": 2
+  },
   "zero2 mistral-7b seq1024 b4x1 lora | NVIDIA H200": {
    "cv": 0.01941,
    "sessions": 7
@@ -352,6 +412,10 @@ CALIBRATION: dict[str, Any] = json.loads(
    "cv": 0.13282,
    "sessions": 8
   },
+  "zero3 llama-3b seq512 b8x1 | NVIDIA H200": {
+   "cv": 0.01146,
+   "sessions": 2
+  },
   "zero3 mistral-7b seq1024 b4x1 lora | NVIDIA H200": {
    "cv": 0.0962,
    "sessions": 7
@@ -361,9 +425,10 @@ CALIBRATION: dict[str, Any] = json.loads(
    "sessions": 8
   }
  },
+ "host_per_step": 1.1815,
  "published": {
   "inside": 25,
-  "median_width_pt": 26.070863354896957,
+  "median_width_pt": 27.561791355476473,
   "points": 27,
   "within_5pt": 24
  }
