@@ -9,6 +9,7 @@ from llmbench_pytest.analysis import fit, zero3_memory
 from llmbench_pytest.analysis.zero3_memory import Call, Zero3Settings
 from llmbench_pytest.config.presets import resolve_model
 from llmbench_pytest.config.spec import RunSpec
+from llmbench_pytest.plan import layout
 from llmbench_pytest.plan.layout import model_layout
 from llmbench_pytest.plan.predict import predict_spec, zero3_held
 
@@ -154,6 +155,25 @@ def test_a_models_layout_follows_its_forward():
     gpt2 = model_layout(spec("gpt2-tiny", 2, 2, seq_len=64), resolve_model("gpt2-tiny"))
     heads = [c for c in gpt2 if c.params]
     assert heads[-1].params[0][0] == heads[0].params[0][0] == 0
+
+
+def test_a_layout_is_recorded_once_and_read_back_as_recorded(tmp_path, monkeypatch):
+    """Kept beside the step traces: a fresh process (the in-process cache emptied) reads the layout
+    it would record; ZeRO-3 with and without offload, at any shape, share one record."""
+    monkeypatch.setenv("LLMBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(layout, "_LAYOUTS", {})
+    recorded = []
+    real = layout._record
+    monkeypatch.setattr(layout, "_record", lambda *a: recorded.append(a) or real(*a))
+    preset = resolve_model("llama-tiny")
+    first = model_layout(spec("llama-tiny", 2, 2, seq_len=64), preset)
+    layout._LAYOUTS.clear()
+    again = model_layout(spec("llama-tiny", 4, 8, seq_len=128).replace(strategy="zero3_offload"), preset)
+    assert again == first and len(recorded) == 1
+    assert len(list((tmp_path / "step-traces").glob("*.json"))) == 1
+    # what changes the modules records again: adapters
+    lora = model_layout(spec("llama-tiny", 2, 2, seq_len=64).replace(workload="lora", lora_rank=4), preset)
+    assert len(recorded) == 2 and lora != first
 
 
 def test_a_run_fits_where_its_peak_leaves_space_for_what_is_outside_the_allocator():

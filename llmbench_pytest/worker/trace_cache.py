@@ -100,17 +100,18 @@ def _path(key: tuple[Any, ...]) -> Path | None:
     return root / f"{digest[:32]}.json"
 
 
-def load(key: tuple[Any, ...]) -> StepTrace | None:
+def load_json(key: tuple[Any, ...]) -> Any:
+    """What was stored under `key` (any JSON), or None: no cache, never stored, or unreadable."""
     path = _path(key)
     if path is None:
         return None
     try:
-        return StepTrace(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
         return None
 
 
-def store(key: tuple[Any, ...], trace: StepTrace) -> None:
+def store_json(key: tuple[Any, ...], doc: Any) -> None:
     path = _path(key)
     if path is None:
         return
@@ -118,9 +119,21 @@ def store(key: tuple[Any, ...], trace: StepTrace) -> None:
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps(dataclasses.asdict(trace)), durable=False)
+        write_text_atomic(path, json.dumps(doc), durable=False)
     except OSError:
         pass  # a read-only home: the next process traces again
+
+
+def load(key: tuple[Any, ...]) -> StepTrace | None:
+    doc = load_json(key)
+    try:
+        return StepTrace(**doc) if isinstance(doc, dict) else None
+    except TypeError:
+        return None
+
+
+def store(key: tuple[Any, ...], trace: StepTrace) -> None:
+    store_json(key, dataclasses.asdict(trace))
 
 
 def mark_pending(key: tuple[Any, ...]) -> Path | None:
