@@ -165,3 +165,61 @@ def test_the_kept_calibration_meets_the_goals_it_was_checked_against():
     # a model the kept sessions never ran: each model's predictions with the others' figures alone
     unseen = check["unseen_model"]
     assert unseen["models"] >= 5 and unseen["inside"] >= 0.9 * unseen["predictions"]
+
+
+def _tool():
+    sys.path.insert(0, str(REPO / "tools"))
+    import scale_validation
+
+    return scale_validation
+
+
+def test_a_kept_session_given_by_hand_is_named_in_sample_however_it_is_spelled(tmp_path):
+    tool = _tool()
+    suite = "docs/results/2026-11-27-h200x4-suite-side-by-side/runs.tar.xz"
+    given = [
+        f"{suite}:pretrain",  # as SESSIONS names it
+        str(REPO / f"{suite}:pretrain"),  # absolute
+        str(REPO / suite),  # the archive that holds it
+        str(REPO / "docs/results/2026-11-27-h200x4-four-gpus"),  # a folder above one
+        str(tmp_path),  # a session the calibration never saw
+        f"{suite}:elsewhere",  # another member of a kept archive
+    ]
+    assert tool.kept_among(given) == given[:4]
+
+
+def test_each_session_and_each_model_left_out_take_only_the_others_figures(tmp_path, monkeypatch):
+    """The check --pooled runs on the kept sessions: a row's interval from the other sessions' (or
+    the other models') rows alone, never the package's."""
+    import contextlib
+
+    tool = _tool()
+    folders = []
+    for k in range(3):
+        for name in CONFIGS:
+            if "ws4" not in name:
+                shutil.copytree(RUNS / name, tmp_path / f"host{k}" / f"{name}_results")
+        folders.append(str(tmp_path / f"host{k}"))
+    with contextlib.ExitStack() as stack:
+        done = tool.run_folders(folders, [(2, None)], {}, stack)
+    package = [r for got in done.values() for r in got["rows"]]
+    # the last session's runs as another model's
+    for r in done[folders[2]]["rows"]:
+        r["model"] = "llama-1b-again"
+    calibrated_from = []
+    real = tool.calibration_from
+    monkeypatch.setattr(tool, "calibration_from", lambda rows: calibrated_from.append(rows) or real(rows))
+    by_session = tool.leave_one_out(done)
+    assert len(calibrated_from) == 3  # one calibration a session, each without its rows
+    for folder, rows in zip(folders, calibrated_from, strict=True):
+        assert len(rows) == 4 and folder not in {r["folder"] for r in rows}
+    calibrated_from.clear()
+    by_model = tool.leave_one_out(done, tool.model_of)
+    assert [{tool.model_of(r) for r in rows} for rows in calibrated_from] == [
+        {"llama-1b-again"},
+        {"llama-1b"},
+    ]
+    for p, s, m in zip(package, by_session, by_model, strict=True):
+        assert p["predicted_step_sec"] == s["predicted_step_sec"] == m["predicted_step_sec"]
+        # two sessions of two configurations hold too few errors for a class: the package's are wider
+        assert s["width"] < p["width"] and m["width"] < p["width"], p["configuration"]

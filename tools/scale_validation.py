@@ -19,13 +19,13 @@ A RESULTS_DIR may be a .tgz, .tar.gz or .tar.xz of result folders, or ARCHIVE:FO
 folder inside it (read from a temporary copy).
 
 Several RESULTS_DIRs (sessions on different hosts) are each checked on their own, with their own
-link probe, then pooled; an interval is then computed leaving its own session out: the model's
-errors and the hosts' spread it takes come from the other sessions only. With one RESULTS_DIR the
-intervals are the package's (plan/scale_calibration.py): out of sample for a new session, in
-sample for one of the kept ones. `--pooled` checks the kept
-sessions of docs/results (SESSIONS): world size 2 from 1, 4 from 1 and 2 (anchored), and 4 from 1
-alone (two doublings); `--published` adds the published multi-node points (tools/scale_published.py);
-`--calibrate PATH` writes what the package's intervals take (plan/scale_calibration.py) from all of it.
+link probe, then pooled. Given RESULTS_DIRs take the package's intervals (plan/scale_calibration.py):
+out of sample for sessions it never saw; a kept session among them is named as in sample. `--pooled`
+checks the kept sessions of docs/results (SESSIONS), each with intervals from the other sessions'
+errors and spreads alone, and again each model with the other models' alone: world size 2 from 1,
+4 from 1 and 2 (anchored), and 4 from 1 alone (two doublings); `--published` adds the published
+multi-node points (tools/scale_published.py); `--calibrate PATH` writes what the package's intervals
+take (plan/scale_calibration.py) from all of it.
 """
 
 from __future__ import annotations
@@ -95,10 +95,32 @@ PUBLISHED = "docs/results/2026-11-28-scale-published/published.json"
 KEPT = [f"docs/results/{s}" for s in SESSIONS]
 
 
+def _split(spec: str) -> tuple[str, str]:
+    """(folder or archive, member inside an archive or '') of a RESULTS_DIR spec."""
+    if any(x in spec for x in (".tgz:", ".tar.gz:", ".tar.xz:")):
+        path, _, member = spec.partition(":")
+        return path, member
+    return spec, ""
+
+
 def _resolved(spec: str) -> str:
-    """A folder's spec as one path, named from the repository's root or from here alike."""
-    p = Path(spec)
-    return str((p if p.exists() or not (REPO / p).exists() else REPO / p).resolve())
+    """A folder's spec as one absolute path (an archive's member kept after ':'), named from the
+    repository's root or from here alike."""
+    path, member = _split(spec)
+    p = Path(path)
+    whole = str((p if p.exists() or not (REPO / p).exists() else REPO / p).resolve())
+    return f"{whole}:{member}" if member else whole
+
+
+def kept_among(specs: list[str]) -> list[str]:
+    """The specs that are, or hold, a kept session (the session itself, its archive, or a folder
+    above it): the package's calibration saw them."""
+    kept = [_resolved(k) for k in KEPT]
+
+    def holds(mine: str, k: str) -> bool:
+        return k == mine or _split(k)[0] == mine or k.startswith(mine.rstrip("/") + "/")
+
+    return [spec for spec in specs if any(holds(_resolved(spec), k) for k in kept)]
 
 
 class NoRuns(Exception):
@@ -107,9 +129,7 @@ class NoRuns(Exception):
 
 def open_folder(spec: str, stack: contextlib.ExitStack) -> Path:
     """A results folder, an archive of them, or ARCHIVE:FOLDER, as a folder on disk."""
-    path, _, member = (
-        spec.partition(":") if any(x in spec for x in (".tgz:", ".tar.gz:", ".tar.xz:")) else (spec, "", "")
-    )
+    path, member = _split(spec)
     p = Path(path)
     if not p.exists() and (REPO / p).exists():  # the kept sessions, named from the repository's root
         p = REPO / p
@@ -154,6 +174,7 @@ def validate(
     assert predicted.step_low is not None and predicted.step_high is not None
     return {
         "configuration": name,
+        "model": runs[0].get("model"),
         "gpu": runs[0].get("gpu_name"),
         "class": scaled.klass,
         "from_world_sizes": sizes,
@@ -282,7 +303,8 @@ def validate_folder(
 def calibration_from(rows: list[dict[str, Any]], date: str = "") -> dict[str, Any]:
     """What the package's intervals take, from validation rows (plan/interval.py): the errors of
     one doubling by class (world size 2 from 1; 4 anchored at 2), the hosts' spread of each
-    configuration's 1-GPU step on its GPU, and each class's median spread."""
+    configuration's 1-GPU step on its GPU, each class's median spread, and the ratio of the hosts'
+    spread to a run's own step CV (host_per_step) for configurations never seen."""
     errors: dict[str, dict[str, list[float]]] = {"from_smallest": {}, "anchored": {}}
     for r in rows:
         sizes = r["from_world_sizes"]
@@ -495,9 +517,16 @@ def main() -> int:
         sessions = {r["folder"] for got in done.values() for r in got["rows"]}
         # Sessions the package's calibration was made from are checked leaving each out; sessions it
         # never saw are out of sample under it as it stands
-        kept_here = args.pooled or bool(set(map(_resolved, specs)) & set(map(_resolved, KEPT)))
+        # the kept sessions are checked leaving each out (--pooled); any other folders keep the
+        # package's intervals: out of sample for a session it never saw, named where it saw one
+        in_sample = [] if args.pooled else kept_among(specs)
+        if in_sample:
+            print(
+                f"in sample: the package's intervals were calibrated on {', '.join(in_sample)}",
+                file=sys.stderr,
+            )
         unseen_models = None
-        if len(sessions) > 1 and kept_here:
+        if len(sessions) > 1 and args.pooled:
             unseen_models = leave_one_out(done, model_of)
             # each session's intervals from the others alone: the check out of sample, in every table
             again = iter(leave_one_out(done))
@@ -509,8 +538,9 @@ def main() -> int:
             summary += pooled
             how = (
                 "each session's intervals from the other sessions"
-                if kept_here
-                else "the package's intervals (plan/scale_calibration.py: the kept sessions, none of these)"
+                if args.pooled
+                else "the package's intervals (plan/scale_calibration.py: the kept sessions, "
+                + (f"in sample for {', '.join(in_sample)})" if in_sample else "none of these)")
             )
             lines += [f"### pooled, {how}", "", *pooled]
             lines += ["", "### the slowest of N ranks (world size 2 from 1)", "", *slowest_rank_effect(rows)]
@@ -553,8 +583,8 @@ def main() -> int:
 
 
 def model_of(row: dict[str, Any]) -> str:
-    """The model a row ran ('llama-1b' of 'zero3 llama-1b seq2048 b8x1')."""
-    return row["configuration"].split()[1]
+    """The model a row ran (its runs' `model`: a preset's name or a local config's path)."""
+    return str(row.get("model") or row["configuration"].split()[1])
 
 
 def session_of(row: dict[str, Any]) -> str:

@@ -7,8 +7,8 @@ Work in the log of measured over predicted step time, r = ln(measured / predicte
 - the measured inputs' own spread: each run the prediction starts from knows its mean step to its
   95% interval (result.json's step_time_mean_interval.relative, h): an SD of h / 1.96 each;
 - the strategy's spread from host to host: the SD of the same configuration's measured step over
-  the kept sessions on the same GPU model (its class's median where it was seen in fewer than
-  three);
+  the kept sessions on the same GPU model; where it was seen in fewer than three, the larger of its
+  class's median and its own run's step CV times the kept ratio of the two (Calibration.host_cv);
 - the model's validated error at that distance: the 5%, 50% and 95% points of r over the kept
   predictions of one doubling (world size 2 from 1, or 4 anchored at 2) of configurations of the
   same class (steady, loose inputs, waits for parameter gathers; `classes` in scale.py). A prediction
@@ -124,7 +124,7 @@ class Calibration:
 
     def host_cv(self, configuration: str, gpu: str | None, klass: str, own_step_cv: float = 0.0) -> float:
         """The configuration's step spread from host to host on its GPU where the kept sessions saw it
-        MIN_SESSIONS times. A configuration they did not see takes its class's median, or where its
+        MIN_SESSIONS times. One they saw less often, or not at all, takes its class's median, or where its
         own steps vary more, their CV times the kept ratio of host-to-host spread to a run's step CV
         (HOST_PER_STEP): a step whose length moves with the host's state from one step to the next
         moves with it from one host to the next (a host-bound encoder-decoder: 10-16% a step, 9-22%
@@ -141,7 +141,8 @@ def step_cv(run: Mapping[str, Any]) -> float:
     cv = run.get("step_cv_in_run")
     if cv is None:
         times = [float(t) for t in run.get("step_times_sec") or []]
-        cv = statistics.stdev(times) / statistics.fmean(times) if len(times) > 1 else 0.0
+        mean = statistics.fmean(times) if times else 0.0
+        cv = statistics.stdev(times) / mean if len(times) > 1 and mean > 0 else 0.0
     return float(cv) if cv and math.isfinite(float(cv)) else 0.0
 
 

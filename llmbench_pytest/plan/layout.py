@@ -4,9 +4,9 @@ plan/predict.py for DeepSpeed's ZeRO-3 only.
 
 The model is built by the run's own builder (worker/models.build_model) under FakeTensorMode, as
 the step trace builds it, and one forward of a batch of one short sequence runs with a pre-hook on
-every module: no weight is allocated, and llama-7b takes about 0.4 s on one CPU core. Parameter ids
-follow named_parameters (the order DeepSpeed numbers them in); a tied weight keeps one id wherever
-it is used (GPT-2's LM head gathers the input embedding again).
+every module: no weight is allocated. It takes 1-2 s on a CPU core (llama-1b), so it is kept on
+disk (model_layout). Parameter ids follow named_parameters (the order DeepSpeed numbers them in); a
+tied weight keeps one id wherever it is used (GPT-2's LM head gathers the input embedding again).
 """
 
 from __future__ import annotations
