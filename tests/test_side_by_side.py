@@ -371,18 +371,25 @@ class _Pool:
         pass
 
 
-def test_a_timeout_while_waiting_ends_only_that_lane_and_its_run_trains_again_when_asked(tmp_path):
+def _lanes_on_fake_pools(plan, tmp_path, pool_class):
+    """A SideBySide over `plan` whose lanes run on `pool_class` stand-ins (kept in the list returned
+    beside it, in the order the lanes made them)."""
     from llmbench_pytest.results.storage import claim_run_paths
     from llmbench_pytest.session.side_by_side import SideBySide
 
     pools: list[_Pool] = []
-    plan = [("t[ddp]", spec()), ("t[fsdp]", spec(strategy="fsdp"))]
     side = SideBySide(
         plan, "2", "cpu", [], [],
-        new_pool=lambda env: pools.append(_Pool()) or pools[-1],
+        new_pool=lambda env: pools.append(pool_class()) or pools[-1],
         prepare=lambda nodeid, s: (claim_run_paths(tmp_path, s), {}),
         free_node=lambda: None, timeout_s=60.0, repo_dir=".",
     )  # fmt: skip
+    return side, pools
+
+
+def test_a_timeout_while_waiting_ends_only_that_lane_and_its_run_trains_again_when_asked(tmp_path):
+    plan = [("t[ddp]", spec()), ("t[fsdp]", spec(strategy="fsdp"))]
+    side, pools = _lanes_on_fake_pools(plan, tmp_path, _Pool)
 
     def timed_out(event):  # what pytest-timeout's signal method raises inside the wait
         raise pytest.fail.Exception("Timeout")
@@ -423,9 +430,6 @@ def test_an_interrupt_stays_an_interrupt_whatever_ending_the_lanes_raises(tmp_pa
     interrupt still ends the session, and nothing starts after it. Before, the error took the
     interrupt's place: the test failed, and pytest started the next configurations on lanes
     closed for good (PoolShut), an "-r2" re-run among them."""
-    from llmbench_pytest.results.storage import claim_run_paths
-    from llmbench_pytest.session.side_by_side import SideBySide
-
     breaks = [OSError(9, "Bad file descriptor")]
 
     class _Breaks(_Pool):
@@ -434,14 +438,8 @@ def test_an_interrupt_stays_an_interrupt_whatever_ending_the_lanes_raises(tmp_pa
             if not graceful and breaks:  # the first lane's group, ended on the interrupt
                 raise breaks.pop()
 
-    pools: list[_Pool] = []
     plan = [("t[ddp]", spec()), ("t[zero2]", spec(strategy="zero2")), ("t[fsdp]", spec(strategy="fsdp"))]
-    side = SideBySide(
-        plan, "2", "cpu", [], [],
-        new_pool=lambda env: pools.append(_Breaks()) or pools[-1],
-        prepare=lambda nodeid, s: (claim_run_paths(tmp_path, s), {}),
-        free_node=lambda: None, timeout_s=60.0, repo_dir=".",
-    )  # fmt: skip
+    side, pools = _lanes_on_fake_pools(plan, tmp_path, _Breaks)
 
     def ctrl_c(event):
         raise KeyboardInterrupt

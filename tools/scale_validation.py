@@ -352,6 +352,15 @@ def steady_configurations(rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
     return steady
 
 
+def coverage(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many predictions, how many inside their interval, and the intervals' median width."""
+    return {
+        "predictions": len(rows),
+        "inside": sum(r["inside"] for r in rows),
+        "median_width": statistics.median(r["width"] for r in rows),
+    }
+
+
 def check_summary(rows: list[dict[str, Any]], sessions: int, devices: str) -> dict[str, Any]:
     """The figures the band text quotes (plan/interval.band_text)."""
     steady = steady_configurations([r for r in rows if r["target"] == 2])
@@ -361,15 +370,9 @@ def check_summary(rows: list[dict[str, Any]], sessions: int, devices: str) -> di
         "method": "each session's intervals from the other sessions' errors and spreads",
         "sessions": sessions,
         "devices": devices,
-        "predictions": len(rows),
-        "inside": sum(r["inside"] for r in rows),
-        "median_width": statistics.median(r["width"] for r in rows),
+        **coverage(rows),
         "by_class": {
-            k: {
-                "predictions": len(rs),
-                "inside": sum(r["inside"] for r in rs),
-                "median_width": statistics.median(r["width"] for r in rs),
-            }
+            k: coverage(rs)
             for k in sorted({r["class"] for r in rows})
             if (rs := [r for r in rows if r["class"] == k])
         },
@@ -515,8 +518,6 @@ def main() -> int:
         if not done:
             return 2
         sessions = {r["folder"] for got in done.values() for r in got["rows"]}
-        # Sessions the package's calibration was made from are checked leaving each out; sessions it
-        # never saw are out of sample under it as it stands
         # the kept sessions are checked leaving each out (--pooled); any other folders keep the
         # package's intervals: out of sample for a session it never saw, named where it saw one
         in_sample = [] if args.pooled else kept_among(specs)
@@ -678,9 +679,7 @@ def write_calibration(
     if unseen_models:
         doc["check"]["unseen_model"] = {
             "models": len({model_of(r) for r in unseen_models}),
-            "predictions": len(unseen_models),
-            "inside": sum(r["inside"] for r in unseen_models),
-            "median_width": statistics.median(r["width"] for r in unseen_models),
+            **coverage(unseen_models),
         }
     doc["published"] = published
     # the command in pieces: as one line it would pass the line limit the module is held to
