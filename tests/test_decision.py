@@ -214,3 +214,28 @@ def test_the_shipped_spreads_are_what_the_tool_computes_from_the_saved_results()
     rows = [r for r in pooled(levels) if r["df"] >= MIN_DF]
     assert rows == doc["spreads"]
     assert shapes(levels) == doc["shapes"]
+
+
+def test_a_run_with_a_fault_injected_is_not_counted_as_the_noise_between_sessions() -> None:
+    """A B session of tools/gate_error_rates.py (ddp slowed by 10%) beside the A sessions of the
+    same commit would count the injected slowdown as noise: its result.json names the fault and
+    tools/session_spread.py leaves it out."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from session_spread import level
+
+    healthy = {
+        "strategy": "ddp",
+        "world_size": 1,
+        "model": "llama-1b",
+        "seq_len": 2048,
+        "per_device_batch": 8,
+        "workload": "causal_lm",
+        "device": "cuda",
+        "gpu_name": "NVIDIA H200",
+        "status": "ok",
+        "mean_step_time_sec": 0.29,
+        "injected_fault": None,
+        "metadata": {"session": "s1", "git_commit": "abc"},
+    }
+    assert level(healthy) is not None
+    assert level({**healthy, "injected_fault": "ddp:slow=0.028757"}) is None

@@ -255,6 +255,8 @@ def test_repeats_report_mean_and_spread(bench, monkeypatch):
     last = json.loads(next(bench.path.glob(f"{RUNS}/*-r3_results/result.json")).read_text())
     rep = last["repeats"]
     assert rep["count"] == 3 and len(rep["tokens_per_sec"]) == 3 and rep["tokens_per_sec_std"] > 0
+    # a slowed run says so: the gate's prior of the noise between sessions must not pool it
+    assert last["injected_fault"] == "ddp:slow=0.2"
     check = next(c for c in last["checks"] if c["name"] == "repeat_spread")
     assert check["passed"] is True and "tokens/s over 3 repeats" in check["message"]
 

@@ -4,6 +4,7 @@
     python tools/gate_error_rates.py collect DIR --label a --sessions 40
     python tools/gate_error_rates.py collect DIR --label b --sessions 20 --slow ddp:10% --reference DIR
     python tools/gate_error_rates.py analyse DIR                       # the rates, from them
+    python tools/gate_error_rates.py analyse HOST1 --against HOST2     # A/A across two hosts
     python tools/gate_error_rates.py collect DIR --sessions 1 -- benchmarks/test_pretrain.py ARGS  # other
 
 collect runs the suite SESSIONS times, one pytest session after another, into DIR/<label>-NN/ (the
@@ -15,7 +16,9 @@ analyse reads every session as `llmbench gate` and `llmbench compare` read a res
 counts, with Clopper-Pearson 95% intervals:
 
 - A/A gate runs: disjoint pairs of A sessions (1 against 2, 3 against 4, ...), each gated at the
-  default settings; a gate run fails when any configuration's verdict is REGRESSION (exit 1);
+  default settings; a gate run fails when any configuration's verdict is REGRESSION (exit 1).
+  --pairs all gates every pair (more trials from few sessions, though they share sessions), and
+  --against DIR2 every A session of DIR against every one of DIR2 (sessions of another host);
 - A/A comparisons: the same pairs through `llmbench compare`: a comparison names a winner when one
   input is marked fastest, not tied;
 - A/B gate runs: A session i against B session i: the slowed strategy's tokens/s verdict;
@@ -30,6 +33,7 @@ A SIGINT or SIGTERM to collect ends the session running (pytest and what it star
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -100,19 +104,24 @@ def collect(
         print(f"{target}: {time.monotonic() - began:.0f} s, load average {load:.1f}", flush=True)
 
 
-def slow_spec(spec: str, reference: Path) -> str:
-    """'ddp:10%' -> 'ddp:slow=0.00312': 10% of ddp's median step time over the A sessions."""
-    strategy, _, pct = spec.partition(":")
-    times = [
-        float(r.data["mean_step_time_sec"])
-        for folder in sessions_of(reference, "a")
-        for r in load_results(folder).runs
-        if r.data.get("strategy") == strategy and r.data.get("mean_step_time_sec")
-    ]
-    if not times:
-        raise SystemExit(f"--slow {spec}: no {strategy} run in {reference}/a-*; collect the A sessions first")
-    seconds = float(pct.rstrip("%")) / 100 * statistics.median(times)
-    return f"{strategy}:slow={seconds:.6f}"
+def slow_spec(specs: str, reference: Path) -> str:
+    """'ddp:10%,zero3:25%' -> 'ddp:slow=0.00312,zero3:slow=0.0768': each PCT of that strategy's
+    median step time over the A sessions of reference (one B session can slow several strategies,
+    each by its own share, as LLMBENCH_INJECT_FAULT takes several specs)."""
+    out = []
+    for spec in specs.split(","):
+        strategy, _, pct = spec.partition(":")
+        times = [
+            float(r.data["mean_step_time_sec"])
+            for folder in sessions_of(reference, "a")
+            for r in load_results(folder).runs
+            if r.data.get("strategy") == strategy and r.data.get("mean_step_time_sec")
+        ]
+        if not times:
+            raise SystemExit(f"--slow {spec}: no {strategy} run in {reference}/a-*; collect the A sessions first")
+        seconds = float(pct.rstrip("%")) / 100 * statistics.median(times)
+        out.append(f"{strategy}:slow={seconds:.6f}")
+    return ",".join(out)
 
 
 def sessions_of(root: Path, label: str) -> list[Path]:
@@ -147,14 +156,15 @@ def _verdicts(result: GateResult, strategy: str) -> Counter[str]:
     return Counter(c.verdict for c in result.changes if c.key.strategy == strategy and c.metric == "tokens/s")
 
 
-def a_a(a: list[Path]) -> list[str]:
+def a_a(pairs: list[tuple[Path, Path]], what: str = "A/A") -> list[str]:
+    """Each pair of identical-code sessions gated and compared at the default settings."""
     gate, cmp_ = (
-        Tally("A/A gate runs failed (any REGRESSION)"),
-        Tally("A/A compare: configurations with a winner"),
+        Tally(f"{what} gate runs failed (any REGRESSION)"),
+        Tally(f"{what} compare: configurations with a winner"),
     )
     verdicts: Counter[str] = Counter()
-    for i in range(0, len(a) - 1, 2):
-        base, cur = records([a[i]]), records([a[i + 1]])
+    for first, second in pairs:
+        base, cur = records([first]), records([second])
         result = run_gate(base, cur, GateBounds())
         gate.add(result.exit_code == 1)
         verdicts.update(c.verdict for c in result.changes if c.metric == "tokens/s")
@@ -163,6 +173,17 @@ def a_a(a: list[Path]) -> list[str]:
             if v.speed is not None:
                 cmp_.add(not v.speed.is_tie)
     return [gate.line(), f"    tokens/s verdicts: {dict(verdicts)}", cmp_.line()]
+
+
+def pairings(a: list[Path], mode: str, against: list[Path]) -> tuple[list[tuple[Path, Path]], str]:
+    """The A/A pairs: disjoint (1-2, 3-4, ...: independent trials), every pair of sessions (more
+    trials from few sessions; they share sessions, so the binomial interval is too narrow), or every
+    session here against every session of --against (another host's)."""
+    if against:
+        return list(itertools.product(a, against)), "A/A (every session against --against's)"
+    if mode == "all":
+        return list(itertools.combinations(a, 2)), "A/A (every pair; pairs share sessions)"
+    return list(zip(a[0::2], a[1::2], strict=False)), "A/A"
 
 
 def a_b(a: list[Path], b: list[Path], strategy: str) -> list[str]:
@@ -204,11 +225,12 @@ def a_b(a: list[Path], b: list[Path], strategy: str) -> list[str]:
     return [*out, at_k.line(), same.line()]
 
 
-def analyse(root: Path, strategy: str) -> None:
+def analyse(root: Path, slowed: str, mode: str = "disjoint", against: Path | None = None) -> None:
     a, b = sessions_of(root, "a"), sessions_of(root, "b")
-    print(f"{root}: {len(a)} A sessions, {len(b)} B sessions (slowed: {strategy})")
-    print("\n".join(a_a(a)))
-    if b:
+    other = sessions_of(against, "a") if against else []
+    print(f"{root}: {len(a)} A sessions, {len(b)} B sessions (slowed: {slowed})")
+    print("\n".join(a_a(*pairings(a, mode, other))))
+    for strategy in slowed.split(",") if b else []:
         print("\n".join(a_b(a, b, strategy)))
 
 
@@ -222,14 +244,16 @@ def main() -> None:
     col.add_argument("--label", default="a", help="a: identical code; b: with --slow")
     col.add_argument("--sessions", type=int, default=40)
     col.add_argument("--strategies", default="ddp,zero2")
-    col.add_argument("--slow", metavar="STRATEGY:PCT", help="slow one strategy by PCT of its A step time")
+    col.add_argument("--slow", metavar="STRATEGY:PCT[,...]", help="slow each strategy by PCT of its A step time")
     col.add_argument("--reference", type=Path, help="the folder of the A sessions (default: OUT)")
     col.add_argument("--steps", type=int, default=20, help="measured steps of a CPU session (20)")
     col.add_argument("--seq-lens", default="64", help="sequence lengths of a CPU session (64)")
     col.add_argument("--repeat", type=int, default=1, help="runs of each configuration in a session (1)")
     ana = sub.add_parser("analyse", help="false alarms and power from the sessions in DIR")
     ana.add_argument("root", type=Path)
-    ana.add_argument("--slowed", default="ddp", help="the strategy the B sessions slowed")
+    ana.add_argument("--pairs", choices=("disjoint", "all"), default="disjoint", help="A/A pairs (disjoint)")
+    ana.add_argument("--against", type=Path, help="A/A: every A session here against every one of this folder")
+    ana.add_argument("--slowed", default="ddp", help="the strategies the B sessions slowed, comma-separated")
     argv = sys.argv[1:]
     # after --: the pytest arguments of a session (default: a CPU session)
     pytest_args = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -240,7 +264,7 @@ def main() -> None:
         extra = args.pytest_args or cpu_args(args.steps, args.seq_lens, args.repeat)
         collect(args.out, args.label, args.sessions, args.strategies, slow, extra)
     else:
-        analyse(args.root, args.slowed)
+        analyse(args.root, args.slowed, args.pairs, args.against)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ over every strategy or workload ("*"). The workload decides most of it: a GPU-bo
 step moves by about 0.5-2% between sessions, a host-bound encoder-decoder step by 15%. The
 sessions of one group ran on one host or several (lent machines are fresh per call and results do
 not name the host): the spread holds both, which is what a comparison between two sessions meets.
-Runs without a session id (written before sessions were named) and failed runs
-are left out. Nothing here is typed in: the figures are the data's.
+Runs without a session id (written before sessions were named), failed runs and
+runs with a fault injected (result.json's injected_fault) are left out. Nothing here is typed in: the figures are the data's.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ def level(data: dict[str, Any]) -> tuple[Any, ...] | None:
     """What should give the same speed, or None for a run that cannot say (failed, no session)."""
     meta = data.get("metadata") or {}
     if data.get("status", "ok") != "ok" or not data.get("mean_step_time_sec") or not meta.get("session"):
+        return None
+    if data.get("injected_fault"):  # a slowed or jittered run: a test's fault, not the noise
         return None
     device = "CPU" if data.get("device") == "cpu" else str(data.get("gpu_name") or meta.get("gpu_name") or "")
     if not device:

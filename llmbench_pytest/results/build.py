@@ -17,6 +17,7 @@ from ..analysis.flops import mfu, tflops_per_gpu
 from ..analysis.stats import Jitter, StepStats, mean_interval, mean_of
 from ..config.presets import gpu_peak
 from ..config.strategy_settings import settings_label
+from ..worker import faults
 from .measurement import Measurement
 from .schema import GB, SCHEMA_VERSION
 
@@ -72,6 +73,8 @@ def build_result(
         "optimizer_step_sec": _max_rank(m.per_rank, "optimizer_sec_mean") if m.ok else None,
         # the rank that held the others back, if one did, and what it cost a step
         "straggler": straggler.find(m.per_rank, m.step_times, device, spec.precision) if m.ok else None,
+        # LLMBENCH_INJECT_FAULT's specs for this strategy: a test's fault, not the strategy's speed
+        "injected_fault": faults.declared(spec.name),
         "communication": _communication(spec, m, traces, mean_step),
         "link": m.link,
         **_epochs(spec, m),

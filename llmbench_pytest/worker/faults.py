@@ -7,10 +7,10 @@ session can then carry a fault in one configuration and another fault, or none, 
 - oom, error, hang, exit, kill: the first measured step raises an out-of-memory error (`oom>N`:
   only at per-device batches above N), raises a runtime error, sleeps forever, exits with code
   13, or dies from SIGKILL;
-- slow=SECONDS[@RUN]: from the first measured step on, every optimizer step of that rank sleeps
-  SECONDS first: a straggler, as a slower GPU or a busy host makes one. `@RUN` slows only the
-  RUN-th run of that strategy in this process (1-based): with --llmbench-repeat in-process, one
-  repeat that disagrees with the others;
+- slow=SECONDS[@RUN]: from the first measured step on, every optimizer step of that rank waits for
+  its device and then sleeps SECONDS: a straggler, as a slower GPU or a busy host makes one.
+  `@RUN` slows only the RUN-th run of that strategy in this process (1-based): with
+  --llmbench-repeat in-process, one repeat that disagrees with the others;
 - jitter=SECONDS: every optimizer step of that rank sleeps a random time between 0 and SECONDS
   first: an erratic rank, whose steps vary so much that a short run's mean is not known;
 - teardown: the run trains and measures, then releasing its memory raises: the figures are kept
@@ -67,6 +67,14 @@ def _parse(spec: RunSpec, rank: int) -> tuple[str, str] | None:
     return None
 
 
+def declared(strategy: str) -> str | None:
+    """The fault specs that name this strategy (any rank), for its result.json: a run with a fault
+    injected is not a healthy run, and what pools healthy runs' speeds (the decision's prior,
+    tools/session_spread.py) must not count it."""
+    mine = [one for one in os.environ.get(ENV, "").split(",") if one.split(":")[0] == strategy]
+    return ",".join(mine) or None
+
+
 def zero_stage(spec: RunSpec, stage: int) -> int:
     """The ZeRO stage DeepSpeed is configured with: `stage`, unless a stage=N fault replaces it."""
     fault = _parse(spec, 0)  # the config is the same on every rank
@@ -121,6 +129,11 @@ def _slow_down(spec: RunSpec, rank: int, kind: str, arg: str) -> None:
     draw = random.Random(spec.seed + rank)  # the same erratic steps on every run of the test
 
     def sleep_first(_optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:
+        # On a GPU the host runs ahead of the device: a sleep while the step's backward is still
+        # queued is hidden, and a 10% "slow" ddp on 1x H200 measured no slower at all (2026-11-29).
+        # Waiting for the device first makes the sleep a stall of the whole step, as a slower GPU's.
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
         time.sleep(delay if kind == "slow" else draw.uniform(0, delay))
 
     # every optimizer step of any strategy (DeepSpeed's wrap a torch optimizer) passes here

@@ -8,7 +8,9 @@
 # The sessions are then interleaved by GPU (a-01 GPU 0, a-02 GPU 1, ...): the A/A gate runs pair
 # two GPUs of the host (one GPU: two sessions of it), each A/B run one GPU's A and B sessions.
 # MODEL, SEQ, STEPS, STRATEGIES, A_S and B_S change the shapes (defaults: llama-125m, 1024, 30,
-# ddp,fsdp, 150 and 110 s).
+# ddp,fsdp, 150 and 110 s). SLOW names what the B sessions slow (default ddp:10%; several:
+# SLOW=ddp:10%,zero3:25%). WINDOWS=default runs the suite's own llama-1b sessions instead: its model,
+# shape and adaptive windows (the sessions the decision's prior was measured on), MODEL still applies.
 set -uo pipefail
 root=${OUT:?set OUT}/gate-error-rates
 gpus=$(nvidia-smi -L | wc -l)
@@ -18,6 +20,10 @@ args=(
   --llmbench-model="${MODEL:-llama-125m}" --llmbench-seq-lens="${SEQ:-1024}" --llmbench-steps="${STEPS:-30}"
   --llmbench-warmup=5
 )
+if [ "${WINDOWS:-}" = default ]; then
+  args=(benchmarks/test_pretrain.py --llmbench-device=cuda --llmbench-world-sizes=1 ${MODEL:+--llmbench-model=$MODEL})
+fi
+slowed=$(echo "${SLOW:-ddp:10%}" | sed 's/:[^,]*//g')
 phase() {  # phase LABEL SECONDS [collect options]: every GPU collects sessions until SECONDS pass
   local label=$1 secs=$2
   shift 2
@@ -39,7 +45,7 @@ for g in $(seq 0 $((gpus - 1))); do  # each GPU slowed by 10% of its own A sessi
     end=$((SECONDS + ${B_S:-110}))
     while [ $SECONDS -lt $end ]; do
       CUDA_VISIBLE_DEVICES=$g python3 tools/gate_error_rates.py collect "$root/gpu$g" --label b --sessions 1 \
-        --strategies ddp --slow ddp:10% --reference "$root/gpu$g" -- "${args[@]}"
+        --strategies "$slowed" --slow "${SLOW:-ddp:10%}" --reference "$root/gpu$g" -- "${args[@]}"
     done
   ) &
 done
@@ -58,5 +64,5 @@ for label in a b; do
     done
   done
 done
-python3 tools/gate_error_rates.py analyse "$root/all" --slowed ddp | tee "$root/analysis.txt"
+python3 tools/gate_error_rates.py analyse "$root/all" --slowed "$slowed" | tee "$root/analysis.txt"
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$root/gpus.txt"
