@@ -118,7 +118,9 @@ def slow_spec(specs: str, reference: Path) -> str:
             if r.data.get("strategy") == strategy and r.data.get("mean_step_time_sec")
         ]
         if not times:
-            raise SystemExit(f"--slow {spec}: no {strategy} run in {reference}/a-*; collect the A sessions first")
+            raise SystemExit(
+                f"--slow {spec}: no {strategy} run in {reference}/a-*; collect the A sessions first"
+            )
         seconds = float(pct.rstrip("%")) / 100 * statistics.median(times)
         out.append(f"{strategy}:slow={seconds:.6f}")
     return ",".join(out)
@@ -244,7 +246,9 @@ def main() -> None:
     col.add_argument("--label", default="a", help="a: identical code; b: with --slow")
     col.add_argument("--sessions", type=int, default=40)
     col.add_argument("--strategies", default="ddp,zero2")
-    col.add_argument("--slow", metavar="STRATEGY:PCT[,...]", help="slow each strategy by PCT of its A step time")
+    col.add_argument(
+        "--slow", metavar="STRATEGY:PCT[,...]", help="slow each strategy by PCT of its A step time"
+    )
     col.add_argument("--reference", type=Path, help="the folder of the A sessions (default: OUT)")
     col.add_argument("--steps", type=int, default=20, help="measured steps of a CPU session (20)")
     col.add_argument("--seq-lens", default="64", help="sequence lengths of a CPU session (64)")
@@ -252,7 +256,9 @@ def main() -> None:
     ana = sub.add_parser("analyse", help="false alarms and power from the sessions in DIR")
     ana.add_argument("root", type=Path)
     ana.add_argument("--pairs", choices=("disjoint", "all"), default="disjoint", help="A/A pairs (disjoint)")
-    ana.add_argument("--against", type=Path, help="A/A: every A session here against every one of this folder")
+    ana.add_argument(
+        "--against", type=Path, help="A/A: every A session here against every one of this folder"
+    )
     ana.add_argument("--slowed", default="ddp", help="the strategies the B sessions slowed, comma-separated")
     argv = sys.argv[1:]
     # after --: the pytest arguments of a session (default: a CPU session)

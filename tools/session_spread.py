@@ -20,8 +20,9 @@ over every strategy or workload ("*"). The workload decides most of it: a GPU-bo
 step moves by about 0.5-2% between sessions, a host-bound encoder-decoder step by 15%. The
 sessions of one group ran on one host or several (lent machines are fresh per call and results do
 not name the host): the spread holds both, which is what a comparison between two sessions meets.
-Runs without a session id (written before sessions were named), failed runs and
-runs with a fault injected (result.json's injected_fault) are left out. Nothing here is typed in: the figures are the data's.
+Runs without a session id (written before sessions were named), failed runs and runs with a fault
+injected (result.json's injected_fault) are left out. Nothing here is typed in: the figures are the
+data's.
 """
 
 from __future__ import annotations

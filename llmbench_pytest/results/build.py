@@ -17,7 +17,6 @@ from ..analysis.flops import mfu, tflops_per_gpu
 from ..analysis.stats import Jitter, StepStats, mean_interval, mean_of
 from ..config.presets import gpu_peak
 from ..config.strategy_settings import settings_label
-from ..worker import faults
 from .measurement import Measurement
 from .schema import GB, SCHEMA_VERSION
 
@@ -74,7 +73,7 @@ def build_result(
         # the rank that held the others back, if one did, and what it cost a step
         "straggler": straggler.find(m.per_rank, m.step_times, device, spec.precision) if m.ok else None,
         # LLMBENCH_INJECT_FAULT's specs for this strategy: a test's fault, not the strategy's speed
-        "injected_fault": faults.declared(spec.name),
+        "injected_fault": _injected_fault(spec.name),
         "communication": _communication(spec, m, traces, mean_step),
         "link": m.link,
         **_epochs(spec, m),
@@ -103,6 +102,14 @@ def build_result(
         },
         "schema_version": SCHEMA_VERSION,
     }
+
+
+def _injected_fault(strategy: str) -> str | None:
+    # imported here: worker.faults imports torch, and this module loads with the plugin, which
+    # must start without torch (tests/test_import_light.py)
+    from ..worker.faults import declared
+
+    return declared(strategy)
 
 
 def _seed_fields(
