@@ -2,6 +2,7 @@
 fix for DeepSpeed is plain text handling and runs everywhere."""
 
 import json
+import time
 
 import pytest
 
@@ -139,3 +140,42 @@ def test_a_zero2_that_keeps_full_gradients_on_gpus(bench, monkeypatch):
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*- model_states: zero2: model states per rank at world size 2*beyond 5%*"])
+
+
+@needs_gpu
+def test_a_slow_fault_stalls_the_gpu_not_only_the_host(monkeypatch):
+    """LLMBENCH_INJECT_FAULT's slow= stands for a slower GPU: the step must end SECONDS later. A sleep
+    on the host while the device still works through the queued step is hidden (a 10% slow ddp on
+    1x H200 measured no slower, docs/results/2026-11-29-h200-gate-live); the fault waits for the
+    device first."""
+    from types import SimpleNamespace
+
+    from llmbench_pytest.worker import faults
+
+    delay = 0.05
+    monkeypatch.setenv(faults.ENV, f"ddp:slow={delay}")
+    faults.maybe_inject(SimpleNamespace(name="ddp", seed=0, per_device_batch=1), 0)
+    p = torch.nn.Parameter(torch.zeros(1, device="cuda"))
+    opt = torch.optim.SGD([p], lr=0.1)
+    a = torch.randn(8192, 8192, device="cuda")
+
+    def queued_work(step: bool) -> float:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(20):  # far longer on any GPU than the delay: a hidden sleep would vanish
+            a @ a
+        if step:
+            p.grad = torch.zeros_like(p)
+            opt.step()
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    try:
+        queued_work(step=False)  # cuBLAS's first call
+        alone = min(queued_work(step=False) for _ in range(3))
+        slowed = min(queued_work(step=True) for _ in range(3))
+    finally:
+        monkeypatch.delenv(faults.ENV)
+        faults.maybe_inject(SimpleNamespace(name="ddp", seed=0, per_device_batch=1), 0)  # hook off
+    assert alone > 2 * delay
+    assert slowed - alone > 0.8 * delay, f"queued work {alone:.3f} s alone, {slowed:.3f} s with the fault"
