@@ -103,12 +103,18 @@ def _split(spec: str) -> tuple[str, str]:
     return spec, ""
 
 
+def _located(path: str) -> Path:
+    """The path as given, or from the repository's root where only that exists (the kept sessions
+    are named from there)."""
+    p = Path(path)
+    return REPO / p if not p.exists() and (REPO / p).exists() else p
+
+
 def _resolved(spec: str) -> str:
     """A folder's spec as one absolute path (an archive's member kept after ':'), named from the
     repository's root or from here alike."""
     path, member = _split(spec)
-    p = Path(path)
-    whole = str((p if p.exists() or not (REPO / p).exists() else REPO / p).resolve())
+    whole = str(_located(path).resolve())
     return f"{whole}:{member}" if member else whole
 
 
@@ -130,9 +136,7 @@ class NoRuns(Exception):
 def open_folder(spec: str, stack: contextlib.ExitStack) -> Path:
     """A results folder, an archive of them, or ARCHIVE:FOLDER, as a folder on disk."""
     path, member = _split(spec)
-    p = Path(path)
-    if not p.exists() and (REPO / p).exists():  # the kept sessions, named from the repository's root
-        p = REPO / p
+    p = _located(path)
     if not p.name.endswith((".tgz", ".tar.gz", ".tar.xz")):
         return p
     if not p.is_file():

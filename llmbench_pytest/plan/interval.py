@@ -32,6 +32,8 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..analysis.stats import StepStats
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -139,10 +141,8 @@ class Calibration:
 def step_cv(run: Mapping[str, Any]) -> float:
     """One run's step-time CV within itself (result.json's step_cv_in_run, else from its step times)."""
     cv = run.get("step_cv_in_run")
-    if cv is None:
-        times = [float(t) for t in run.get("step_times_sec") or []]
-        mean = statistics.fmean(times) if times else 0.0
-        cv = statistics.stdev(times) / mean if len(times) > 1 and mean > 0 else 0.0
+    if cv is None:  # as results/build.py computes it
+        cv = StepStats.of([float(t) for t in run.get("step_times_sec") or []]).cv
     return float(cv) if cv and math.isfinite(float(cv)) else 0.0
 
 
